@@ -1,0 +1,79 @@
+"""Importer for Kineto traces (torch.profiler `export_chrome_trace`, `tensorboard_trace_handler`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from dlpt.collectors.kineto.decode import decode, trace_files
+from dlpt.collectors.kineto.link import LinkResult, link_trace
+from dlpt.cct import CCT, TreeBuilder
+from dlpt.frames import Frame, FrameTable
+from dlpt.metrics import exclusive_matrix
+from dlpt.profile import Activities, Profile
+from dlpt.version import __version__
+
+Progress = Callable[[str, int, int], None]
+
+
+def import_traces(paths: list[str] | str, progress: Progress | None = None) -> Profile:
+    """Read Kineto trace files (or directories of per-rank files) into one profile.
+
+    One file gives one tree; several (ranks) give one subtree per file under a `rank N` node.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    files = [f for p in paths for f in trace_files(p)]
+    frames = FrameTable()
+    root_name = os.path.basename(files[0]) if len(files) == 1 else f"{len(files)} traces"
+    builder = TreeBuilder(frames.intern(Frame("root", root_name)))
+    out = LinkResult()
+    meta: dict[str, object] = {"source": "kineto", "dlpt_version": __version__,
+                               "command": "", "traces": files}
+    devices: list[object] = []
+    for k, f in enumerate(files):
+        if progress:
+            progress(f"reading {os.path.basename(f)}", k, len(files))
+        trace = decode(f)
+        rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
+        if len(files) > 1:
+            label = f"rank {rank}" if isinstance(rank, int) else os.path.basename(f)
+            base = builder.child(0, frames.intern(Frame("rank", label)))
+        else:
+            base = 0
+            if isinstance(rank, int):
+                meta["rank"] = rank
+        link_trace(trace, builder, frames, base, out)
+        if isinstance(trace.deviceProperties, list):
+            devices.extend(d for d in trace.deviceProperties if isinstance(d, dict))
+        for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version"):
+            v = getattr(trace, key)
+            if v is not None:
+                meta.setdefault(key, v)
+        if trace.distributedInfo is not None and isinstance(trace.distributedInfo.world_size, int):
+            meta["world_size"] = trace.distributedInfo.world_size
+    if progress:
+        progress("linking", len(files), len(files))
+    if devices:
+        meta["devices"] = devices
+    meta["skipped_events"] = out.skipped
+    return finish(builder, frames, out, meta)
+
+
+def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict) -> Profile:
+    """Renumber the tree in preorder and total the metrics of every node."""
+    parent, frame, new_of_old = builder.preorder()
+    i64 = np.int64
+    act = Activities(
+        node=new_of_old[np.asarray(out.node, dtype=i64)] if out.node else np.zeros(0, i64),
+        kind=np.asarray(out.kind, dtype=i64), name=np.asarray(out.name, dtype=i64),
+        device=np.asarray(out.device, dtype=i64), stream=np.asarray(out.stream, dtype=i64),
+        start=np.asarray(out.start, dtype=i64), duration=np.asarray(out.duration, dtype=i64),
+        bytes=np.asarray(out.nbytes, dtype=i64),
+    )
+    cpu_node = new_of_old[np.asarray(out.cpu_node, dtype=i64)] if out.cpu_node else np.zeros(0, i64)
+    exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
+                           cpu_node, np.asarray(out.cpu_self, dtype=i64))
+    return Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta)

@@ -1,0 +1,22 @@
+"""dlpt: which line of your PyTorch program spends the GPU's time.
+
+    import dlpt
+    prof = dlpt.load("run.dlpt")          # a .dlpt profile, a Kineto trace or a directory
+    prof.to_dataframe(view="flat", by="line")
+"""
+
+from __future__ import annotations
+
+from dlpt.errors import DlptError
+from dlpt.profile import Profile
+from dlpt.version import __version__
+
+
+def load(path: str) -> Profile:
+    """Open a `.dlpt` profile, a Kineto trace (`.json`, `.json.gz`) or a directory of traces."""
+    from dlpt.loader import open_profile
+
+    return open_profile(path)
+
+
+__all__ = ["DlptError", "Profile", "__version__", "load"]

@@ -1,0 +1,5 @@
+import sys
+
+from dlpt.cli import main
+
+sys.exit(main())

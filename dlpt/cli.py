@@ -1,0 +1,72 @@
+"""The `dlpt` command line. Each subcommand lives in `dlpt/commands/<name>.py` and registers
+itself; this module only dispatches and turns user errors into one `dlpt: ` line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dlpt.errors import DlptError
+from dlpt.version import __version__
+
+COMMANDS = ("record", "import_", "view", "report", "export", "diff")
+
+DESCRIPTION = """\
+dlpt — which line of your PyTorch program spends the GPU's time.
+
+  dlpt record -o run.dlpt -- python train.py     profile an unmodified script
+  dlpt view run.dlpt                             explore it in the terminal
+  dlpt report run.dlpt --view flat --by line     the hottest lines as text
+  dlpt export run.dlpt -f hotspots -o hot.json   hotspots for CI and dashboards
+  dlpt report trace.pt.trace.json.gz             any torch.profiler (Kineto) trace works too
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one `dlpt: ` line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise DlptError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="dlpt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"dlpt {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"dlpt.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"dlpt.commands.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except DlptError as e:
+        print(f"dlpt: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("dlpt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `dlpt report ... | head`: the reader went away; that is not an error.
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        finally:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `dlpt` subcommand, each with `register(subparsers)`."""

@@ -1,0 +1,76 @@
+"""Options and output handling shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import TextIO
+
+from dlpt.errors import DlptError
+from dlpt.metrics import METRICS
+
+
+def add_metric(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric", "-m", default="gpu_time", choices=METRICS, metavar="M",
+                   help="what to rank and show: " + ", ".join(METRICS) + " (default: gpu_time; "
+                   "cpu_time is the host ops' self time, the useful metric without a GPU)")
+
+
+def add_library(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--include-library", action="store_true",
+                   help="show frames inside torch, the standard library and dlpt (hidden by default)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return v
+
+
+def percent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= v <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 100")
+    return v
+
+
+def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
+    """Write to `path` atomically (temporary file, then rename), or to stdout for None or '-'."""
+    if path in (None, "-"):
+        write(sys.stdout)
+        sys.stdout.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise DlptError(f"{directory}: no such directory for {path}")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".dlpt-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise DlptError(f"cannot write in {directory}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as e:
+        _remove(tmp)
+        raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(p: str) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass

@@ -1,0 +1,47 @@
+"""`dlpt import TRACE... -o OUT`: Kineto traces into a `.dlpt` profile."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dlpt.errors import DlptError
+
+EPILOG = """\
+examples:
+  dlpt import trace.pt.trace.json.gz -o run.dlpt
+  dlpt import ./log/ -o run.dlpt            a directory of per-rank traces (tensorboard_trace_handler)
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", help="turn Kineto trace files into a .dlpt profile",
+                       description="Read torch.profiler (Kineto) traces — .json, .json.gz, or a "
+                       "directory of per-rank files — and save them as one .dlpt profile.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="+", metavar="TRACE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlpt.collectors.kineto import import_traces
+    from dlpt.loader import snapshot_sources
+    from dlpt.progress import progress_for
+    from dlpt.store import save
+
+    if os.path.exists(args.output) and not args.force:
+        raise DlptError(f"{args.output} exists; pass --force to overwrite it")
+    with progress_for(None) as prog:
+        prof = import_traces(args.traces, progress=prog)
+    roots = [os.path.dirname(os.path.abspath(t)) for t in args.traces] + [os.getcwd()]
+    prof.sources.update(snapshot_sources(prof, roots))
+    save(prof, args.output, force=args.force)
+    n = len(prof.activities)
+    skipped = prof.meta.get("skipped_events", 0)
+    print(f"dlpt: saved {args.output} ({n:,} GPU activities, {len(prof.cct):,} nodes)"
+          + (f"; skipped {skipped:,} malformed events" if skipped else ""), file=sys.stderr)
+    print(f"dlpt: view it with: dlpt view {args.output}", file=sys.stderr)
+    return 0

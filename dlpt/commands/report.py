@@ -1,0 +1,58 @@
+"""`dlpt report PROFILE`: the top-down, bottom-up and flat views as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dlpt.commands.common import add_library, add_metric, percent, positive_int, write_output
+from dlpt.loader import open_profile
+from dlpt.views import GROUPINGS, VIEWS, prepare
+
+EPILOG = """\
+examples:
+  dlpt report run.dlpt                                   top-down tree of GPU time
+  dlpt report run.dlpt --view flat --by line --top 20    the 20 costliest lines
+  dlpt report trace.pt.trace.json.gz --view flat --by kernel
+  dlpt report run.dlpt --view bottom-up --metric htod_time
+  dlpt report run.dlpt --format json > report.json
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="print a view of a profile as text",
+                       description="Print the top-down, bottom-up or flat view of a profile "
+                       "(a .dlpt file, a Kineto trace, or a directory of traces).",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("profile", metavar="PROFILE")
+    p.add_argument("--view", "-v", default="top-down", choices=VIEWS)
+    p.add_argument("--by", "-b", default="line", choices=GROUPINGS,
+                   help="grouping of the flat view (default: line)")
+    add_metric(p)
+    p.add_argument("--depth", "-d", type=positive_int, default=None, help="tree levels to show")
+    p.add_argument("--top", "-n", type=positive_int, default=None,
+                   help="rows of the flat view; children per node in the trees")
+    p.add_argument("--min-percent", type=percent, default=None,
+                   help="hide rows under this share of the total (default: 0.5 for trees, 0 for flat)")
+    add_library(p)
+    p.add_argument("--full-names", action="store_true", help="show kernel names whole")
+    p.add_argument("--format", "-f", default="text", choices=("text", "json"))
+    p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlpt.viewers.report import ReportOptions, render, render_json
+
+    prof = prepare(open_profile(args.profile), args.include_library)
+    top = args.top if args.top is not None else (20 if args.view == "flat" else None)
+    minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)
+    opts = ReportOptions(view=args.view, by=args.by, metric=args.metric, depth=args.depth, top=top,
+                         min_percent=minp, full_names=args.full_names)
+    if args.format == "json":
+        doc = render_json(prof, opts)
+        write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+    else:
+        text = render(prof, opts)
+        write_output(args.output, lambda f: f.write(text))
+    return 0

@@ -1,0 +1,127 @@
+"""Interned frames: the nodes of a call path, and which of them are library code."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import NamedTuple
+
+# Every kind a frame may have. `root` and `rank` only head the tree; the rest are DESIGN §3's.
+KINDS = (
+    "root", "rank", "thread", "python", "module", "op", "backward",
+    "kernel", "memcpy", "memset", "unattributed",
+)
+ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
+
+
+class Frame(NamedTuple):
+    kind: str
+    name: str
+    file: str = ""
+    line: int = 0
+    function: str = ""
+
+    @property
+    def has_source(self) -> bool:
+        return self.kind == "python" and bool(self.file) and self.line > 0
+
+    def label(self) -> str:
+        """How the frame reads in trees and tables: `file:line function` for source frames."""
+        if self.kind == "python" and self.file:
+            return f"{short_path(self.file)}:{self.line} {self.function}"
+        return self.name
+
+
+class FrameTable:
+    """Interns frames so that a path is a tuple of small integers."""
+
+    def __init__(self, frames: list[Frame] | None = None) -> None:
+        self.frames: list[Frame] = []
+        self._index: dict[Frame, int] = {}
+        for f in frames or ():
+            self.intern(f)
+
+    def intern(self, frame: Frame) -> int:
+        i = self._index.get(frame)
+        if i is None:
+            i = self._index[frame] = len(self.frames)
+            self.frames.append(frame)
+        return i
+
+    def __getitem__(self, i: int) -> Frame:
+        return self.frames[i]
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+def python_frame(text: str) -> Frame:
+    """A frame from a trace's `python_function` name: `file(line): func`, `<built-in ...>`
+    or `nn.Module: Name_0`."""
+    if " at 0x" in text:
+        # `<built-in method sum of Tensor object at 0x7f..>`: the address differs per object and
+        # would split one call site into many nodes.
+        text = _ADDRESS.sub("", text)
+    if text.startswith("nn.Module: "):
+        return Frame("module", text[len("nn.Module: "):])
+    m = _PY_FRAME.match(text)
+    if m:
+        file, line, func = m.group(1), int(m.group(2)), m.group(3)
+        return Frame("python", f"{func} ({file}:{line})", file, line, func)
+    return Frame("python", text)
+
+
+def short_path(path: str) -> str:
+    """The last two components of a path: enough to tell files apart in a narrow column."""
+    parts = path.replace("\\", "/").rsplit("/", 2)
+    return "/".join(parts[-2:]) if len(parts) > 2 else path
+
+
+_STDLIB = frozenset(sys.stdlib_module_names)
+_LIBRARY_PACKAGES = frozenset({"torch", "torchgen", "triton", "functorch", "dlpt", "_pytest", "pluggy"})
+_SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
+_STDLIB_DIR = re.compile(r"/lib/python3(?:\.\d+)?/")
+# dlpt's own folders, for source checkouts and editable installs, whose paths are not in site-packages.
+_OWN_DIRS = tuple(
+    str(__import__("pathlib").Path(__file__).resolve().parent.parent / d) + "/"
+    for d in ("dlpt", "collectors", "viewers")
+)
+
+
+def _top_module(rel: str) -> str:
+    head = rel.split("/", 1)[0]
+    return head[:-3] if head.endswith(".py") else head
+
+
+def is_library_file(path: str) -> bool:
+    """True for torch (and its generated Inductor code), the standard library and dlpt itself.
+
+    Traces hold paths relative to their `sys.path` entry (`torch/nn/modules/module.py`,
+    `threading.py`) while recordings hold absolute ones; both are recognised. Model code in other
+    packages (torchvision, transformers, timm) stays source: that is where users look for lines.
+    """
+    if not path or path.startswith("<"):
+        return True
+    p = path.replace("\\", "/")
+    if "/torchinductor_" in p or p.startswith(_OWN_DIRS):
+        return True
+    m = _SITE.search(p)
+    if m:
+        return _top_module(m.group(1)) in _LIBRARY_PACKAGES
+    if _STDLIB_DIR.search(p):
+        return True
+    if p.startswith("/"):
+        return False
+    mod = _top_module(p)
+    return mod in _STDLIB or mod in _LIBRARY_PACKAGES
+
+
+def is_library(frame: Frame) -> bool:
+    """Library frames are hidden by default: python frames in library files and C builtins."""
+    if frame.kind != "python":
+        return False
+    return not frame.file or is_library_file(frame.file)

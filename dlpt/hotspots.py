@@ -1,0 +1,125 @@
+"""Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/1` schema that
+CI jobs and dashboards read (DESIGN §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.profile import Profile
+from dlpt.transforms import propagate_down
+from dlpt.views import flat, prepare
+
+SCHEMA = "dlpt.hotspots/1"
+ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
+
+
+def us(ns: float | int) -> float:
+    return round(float(ns) / 1000.0, 3)
+
+
+def _memcpy(row: np.ndarray) -> dict[str, float]:
+    return {"HtoD": us(row[COL["htod_time"]]), "DtoH": us(row[COL["dtoh_time"]]),
+            "DtoD": us(row[COL["dtod_time"]]), "other": us(row[COL["memcpy_other_time"]])}
+
+
+def _value(ns: int, metric: str) -> float:
+    return us(ns) if metric.endswith("_time") else float(ns)
+
+
+def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(has a source line on its path, lies under a `[backward]` marker) for every node."""
+    kinds = np.array([f.kind for f in profile.frames], dtype=object)
+    src = np.array([f.has_source for f in profile.frames], dtype=bool)
+    cct = profile.cct
+    on_src = propagate_down(cct, src[cct.frame])
+    in_bwd = propagate_down(cct, (kinds == "backward")[cct.frame])
+    return on_src, in_bwd
+
+
+def summary(profile: Profile, metric: str = "gpu_time") -> dict[str, Any]:
+    col = metric_column(metric)
+    cct = profile.cct
+    tot = cct.exclusive.sum(axis=0)
+    on_src, in_bwd = node_flags(profile)
+    unatt: dict[str, float] = {}
+    for i in np.flatnonzero(np.array([f.kind == "unattributed" for f in profile.frames])[cct.frame]).tolist():
+        name = profile.frame_of(i).name
+        reason = name[len("<unattributed: "):-1] if name.startswith("<unattributed: ") else name
+        unatt[reason] = unatt.get(reason, 0.0) + _value(int(cct.inclusive[i, col]), metric)
+    return {
+        "gpu_time": us(tot[COL["gpu_time"]]), "kernel_time": us(tot[COL["kernel_time"]]),
+        "memset_time": us(tot[COL["memset_time"]]), "memcpy_time": _memcpy(tot),
+        "cpu_time": us(tot[COL["cpu_time"]]),
+        "attributed_to_source": _value(int(cct.exclusive[on_src, col].sum()), metric),
+        "backward_time": _value(int(cct.exclusive[in_bwd, col].sum()), metric),
+        "unattributed": unatt,
+    }
+
+
+def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
+             include_library: bool = False) -> dict[str, Any]:
+    """The hotspots document for `profile`, ranked by `metric`."""
+    col = metric_column(metric)
+    view = prepare(profile, include_library)
+    cct = view.cct
+    fv = flat(view, "line")
+    total = int(cct.exclusive[:, col].sum())
+    _, in_bwd = node_flags(view)
+    owner = fv.owner
+    none = len(fv.labels) - 1
+    # Backward share and top activities of every group, from the nodes each group owns.
+    own = np.where(owner >= 0, owner, none)
+    bwd = np.zeros(len(fv.labels), dtype=np.int64)
+    np.add.at(bwd, own[in_bwd], cct.exclusive[in_bwd, col])
+    leaf_kind = np.array([f.kind in ACTIVITY_KINDS for f in view.frames], dtype=bool)[cct.frame]
+    leaves = np.flatnonzero(leaf_kind)
+    count_cols = [COL["kernel_count"], COL["copy_count"], COL["memset_count"]]
+    rows = [g for g in np.argsort(-fv.exclusive[:, col], kind="stable").tolist()
+            if g != none and fv.exclusive[g, col] > 0][: max(top, 0)]
+    wanted = set(rows)
+    kern: dict[int, dict[str, list[int]]] = {g: {} for g in rows}
+    for i in leaves.tolist():
+        g = int(own[i])
+        if g in wanted:
+            name = view.frame_of(i).name
+            acc = kern[g].setdefault(name, [0, 0])
+            acc[0] += int(cct.exclusive[i, COL["gpu_time"]])
+            acc[1] += int(cct.exclusive[i, count_cols].sum())
+    out = []
+    for rank, g in enumerate(rows, 1):
+        fr = fv.frame[g]
+        row = fv.exclusive[g]
+        node = int(fv.node[g])
+        path = [f.label() for f in view.call_path(node) if f.has_source]
+        tk = sorted(kern[g].items(), key=lambda kv: -kv[1][0])[:5]
+        out.append({
+            "rank": rank, "file": fr.file, "line": fr.line, "function": fr.function,
+            "code": profile.source_line(fr.file, fr.line),
+            "gpu_time": us(row[COL["gpu_time"]]),
+            "percent": round(100.0 * row[col] / total, 3) if total else 0.0,
+            "kernel_time": us(row[COL["kernel_time"]]), "memcpy_time": _memcpy(row),
+            "memset_time": us(row[COL["memset_time"]]), "cpu_time": us(row[COL["cpu_time"]]),
+            "backward_time": _value(int(bwd[g]), metric),
+            "count": int(row[count_cols].sum()),
+            "call_path": path,
+            "top_kernels": [{"name": k, "time": us(v[0]), "count": v[1]} for k, v in tk],
+            **({metric: _value(int(row[col]), metric)} if metric not in ("gpu_time", "kernel_time",
+                                                                          "memset_time", "cpu_time") else {}),
+        })
+    meta = profile.meta
+    return {
+        "schema": SCHEMA,
+        "profile": {"path": profile.path, "source": profile.source,
+                    "command": str(meta.get("command", "")),
+                    "dlpt_version": str(meta.get("dlpt_version", ""))},
+        "unit": "us",
+        "metric": metric,
+        "summary": summary(view, metric),
+        "hotspots": out,
+    }
+
+
+__all__ = ["SCHEMA", "hotspots", "summary", "METRICS"]

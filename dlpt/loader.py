@@ -1,0 +1,51 @@
+"""Open whatever the user points at: a `.dlpt` profile, a Kineto trace, or a directory of them."""
+
+from __future__ import annotations
+
+import os
+
+from dlpt.errors import DlptError
+from dlpt.profile import Profile
+from dlpt.progress import Progress, progress_for
+from dlpt.store import is_profile_file, load
+
+MAX_SOURCE_BYTES = 4 << 20
+
+
+def open_profile(path: str, progress: Progress | None = None) -> Profile:
+    if not os.path.exists(path):
+        raise DlptError(f"{path}: no such file or directory")
+    if os.path.isfile(path) and is_profile_file(path):
+        return load(path)
+    from dlpt.collectors.kineto import import_traces
+
+    with progress_for(progress) as prog:
+        prof = import_traces(path, progress=prog)
+    prof.path = path
+    prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
+    return prof
+
+
+def snapshot_sources(profile: Profile, roots: list[str]) -> dict[str, str]:
+    """The text of each source file on the profile's paths that can be found on this machine.
+
+    Traces name files relative to their `sys.path` entry, so relative names are looked up under
+    `roots` (the trace's directory, the working directory)."""
+    out: dict[str, str] = {}
+    for f in {fr.file for fr in profile.frames if fr.has_source}:
+        if f in profile.sources or f in out:
+            continue
+        from dlpt.frames import is_library_file
+
+        if is_library_file(f):
+            continue
+        cands = [f] if os.path.isabs(f) else [os.path.join(r, f) for r in roots]
+        for c in cands:
+            try:
+                if os.path.isfile(c) and os.path.getsize(c) <= MAX_SOURCE_BYTES:
+                    with open(c, encoding="utf-8", errors="replace") as fh:
+                        out[f] = fh.read()
+                    break
+            except OSError:
+                continue
+    return out

@@ -1,0 +1,77 @@
+"""A profile in memory: frames, the calling-context tree, the GPU activities beneath it, and
+what is known about the run. Collectors make one; the store saves and loads it; views and
+viewers only read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dlpt.cct import CCT
+from dlpt.frames import Frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes")
+
+
+@dataclass
+class Activities:
+    """One row per GPU activity (struct of arrays). `name` is the frame id of the activity's leaf
+    frame, whose name is the kernel or copy name; `start` is absolute nanoseconds."""
+
+    node: np.ndarray
+    kind: np.ndarray
+    name: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    start: np.ndarray
+    duration: np.ndarray
+    bytes: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Activities:
+        return cls(*(np.zeros(0, dtype=np.int64) for _ in ACTIVITY_COLUMNS))
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+@dataclass
+class Profile:
+    frames: list[Frame]
+    cct: CCT
+    activities: Activities = field(default_factory=Activities.empty)
+    meta: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def source(self) -> str:
+        """`record` for `dlpt record`, `kineto` for an imported trace."""
+        return str(self.meta.get("source", "kineto"))
+
+    def frame_of(self, node: int) -> Frame:
+        return self.frames[int(self.cct.frame[node])]
+
+    def call_path(self, node: int) -> list[Frame]:
+        return [self.frame_of(i) for i in self.cct.path(node)]
+
+    def source_line(self, file: str, line: int) -> str:
+        """The text of a line from the profile's source snapshot ('' when it was not stored)."""
+        text = self.sources.get(file)
+        if not text or line <= 0:
+            return ""
+        lines = text.splitlines()
+        return lines[line - 1].strip() if line <= len(lines) else ""
+
+    def to_dataframe(self, view: str = "top-down", by: str = "line",
+                     include_library: bool = False) -> pd.DataFrame:
+        """The chosen view as a pandas DataFrame, one row per node or group, metrics in
+        nanoseconds, bytes and counts (`*_inc` for inclusive)."""
+        from dlpt.tables import view_dataframe
+
+        return view_dataframe(self, view=view, by=by, include_library=include_library)

@@ -1,0 +1,187 @@
+"""The `.dlpt` profile file: one SQLite database (DESIGN §4).
+
+Tables users can query with sqlite3 or pandas:
+  meta(key, value)             value is JSON
+  frames(id, kind, name, file, line, function)
+  nodes(id, parent, frame, <one column per exclusive metric>)   preorder; 0 is the root
+  activity(node, kind, name, device, stream, start, duration, bytes)   name: a frames id
+  activities                   a view of activity with kind and name as text
+  sources(file, text)          snapshots of the user's files on the paths
+and `arrays(name, dtype, data)`, the same tree as packed columns that dlpt loads in one read.
+
+Written to a temporary file in the target directory and renamed into place, so a crash or a
+`kill -9` never leaves a half-written profile. Opened read-only; nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from dlpt.cct import CCT
+from dlpt.errors import DlptError
+from dlpt.frames import Frame
+from dlpt.metrics import ACTIVITY_KIND_NAMES, METRICS
+from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
+
+SCHEMA_VERSION = 1
+MAGIC = "dlpt"
+
+_SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE frames (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL,
+                     file TEXT NOT NULL, line INTEGER NOT NULL, function TEXT NOT NULL);
+CREATE TABLE nodes (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEGER NOT NULL,
+                    {", ".join(f"{m} INTEGER NOT NULL" for m in METRICS)});
+CREATE TABLE activity (node INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER NOT NULL,
+                       device INTEGER NOT NULL, stream INTEGER NOT NULL, start INTEGER NOT NULL,
+                       duration INTEGER NOT NULL, bytes INTEGER NOT NULL);
+CREATE TABLE activity_kinds (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE VIEW activities AS
+  SELECT a.node, k.name AS kind, f.name AS name, a.device, a.stream, a.start, a.duration, a.bytes
+  FROM activity a JOIN activity_kinds k ON k.id = a.kind JOIN frames f ON f.id = a.name;
+CREATE TABLE sources (file TEXT PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT NULL);
+"""
+
+
+def save(profile: Profile, path: str, force: bool = True) -> None:
+    """Write `profile` to `path` atomically. Without `force`, an existing file is an error."""
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    if not force and os.path.exists(path):
+        raise DlptError(f"{path} exists; pass --force to overwrite it")
+    if not os.path.isdir(directory):
+        raise DlptError(f"{directory}: no such directory for the profile")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".dlpt-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise DlptError(f"cannot write in {directory}: {e.strerror or e}") from None
+    os.close(fd)
+    try:
+        con = sqlite3.connect(tmp)
+        try:
+            _write(con, profile)
+            con.commit()
+        finally:
+            con.close()
+        os.replace(tmp, path)
+    except sqlite3.Error as e:
+        _unlink(tmp)
+        raise DlptError(f"cannot write {path}: {e}") from None
+    except OSError as e:
+        _unlink(tmp)
+        raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(p: str) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def _write(con: sqlite3.Connection, profile: Profile) -> None:
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    con.executescript(_SCHEMA)
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    meta = dict(profile.meta)
+    meta["format"] = MAGIC
+    con.executemany("INSERT INTO meta VALUES (?, ?)",
+                    [(k, json.dumps(v, default=str)) for k, v in meta.items()])
+    con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)",
+                    [(i, f.kind, f.name, f.file, int(f.line), f.function) for i, f in enumerate(profile.frames)])
+    cct = profile.cct
+    cols = np.column_stack([np.arange(len(cct)), cct.parent, cct.frame, cct.exclusive])
+    con.executemany(f"INSERT INTO nodes VALUES ({', '.join('?' * cols.shape[1])})", cols.tolist())
+    a = profile.activities
+    if len(a):
+        rows = np.column_stack([getattr(a, c) for c in ACTIVITY_COLUMNS])
+        con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
+    con.executemany("INSERT INTO activity_kinds VALUES (?, ?)", list(enumerate(ACTIVITY_KIND_NAMES)))
+    con.executemany("INSERT INTO sources VALUES (?, ?)", sorted(profile.sources.items()))
+    arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
+    arrays.update({f"activity.{c}": getattr(a, c) for c in ACTIVITY_COLUMNS})
+    con.executemany("INSERT INTO arrays VALUES (?, ?, ?)",
+                    [(k, f"{v.dtype.str}:{','.join(map(str, v.shape))}", np.ascontiguousarray(v).tobytes())
+                     for k, v in arrays.items()])
+
+
+def is_profile_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def load(path: str) -> Profile:
+    """Read a `.dlpt` profile, read-only."""
+    if not os.path.exists(path):
+        raise DlptError(f"{path}: no such file")
+    if not is_profile_file(path):
+        raise DlptError(f"{path}: not a dlpt profile (not an SQLite database)")
+    try:
+        con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error as e:
+        raise DlptError(f"{path}: cannot open: {e}") from None
+    try:
+        return _read(con, path)
+    except sqlite3.DatabaseError as e:
+        raise DlptError(f"{path}: damaged or not a dlpt profile ({e})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise DlptError(f"{path}: damaged profile ({e}); record or import it again") from None
+    finally:
+        con.close()
+
+
+def _uri_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(os.path.abspath(path))
+
+
+def _read(con: sqlite3.Connection, path: str) -> Profile:
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not {"meta", "frames", "arrays"} <= tables:
+        raise DlptError(f"{path}: an SQLite database, but not a dlpt profile")
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise DlptError(f"{path}: written by a newer dlpt (profile schema {version}, this dlpt reads "
+                        f"up to {SCHEMA_VERSION}); upgrade dlpt with: pip install -U dlpt")
+    meta: dict[str, Any] = {}
+    for k, v in con.execute("SELECT key, value FROM meta"):
+        try:
+            meta[k] = json.loads(v)
+        except (TypeError, ValueError):
+            meta[k] = v
+    if meta.get("format") != MAGIC:
+        raise DlptError(f"{path}: an SQLite database, but not a dlpt profile")
+    frames = [Frame(str(k), str(n), str(fi or ""), int(ln or 0), str(fn or ""))
+              for k, n, fi, ln, fn in con.execute(
+                  "SELECT kind, name, file, line, function FROM frames ORDER BY id")]
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, data in con.execute("SELECT name, dtype, data FROM arrays"):
+        dt, _, shape = dtype.partition(":")
+        dims = tuple(int(x) for x in shape.split(",") if x)
+        arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
+    cct = CCT(arrays["parent"], arrays["frame"], arrays["exclusive"])
+    if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
+        raise ValueError("nodes refer to missing frames")
+    par = cct.parent[1:]
+    if len(par) and ((par < 0).any() or (par >= np.arange(1, len(cct))).any()):
+        raise ValueError("the tree is not in preorder")
+    act = Activities(*(arrays[f"activity.{c}"] for c in ACTIVITY_COLUMNS))
+    if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
+        raise ValueError("activities refer to missing nodes")
+    sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
+    return Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)

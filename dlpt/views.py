@@ -1,0 +1,170 @@
+"""The three views of a profile: top-down (the CCT itself), bottom-up (callers of each frame,
+inverted) and flat (grouped by line, function, file, kernel or op). All of them conserve the
+totals of the top-down tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dlpt.cct import CCT, TreeBuilder
+from dlpt.errors import DlptError
+from dlpt.frames import Frame
+from dlpt.profile import Activities, Profile
+from dlpt.transforms import hide_library
+
+VIEWS = ("top-down", "bottom-up", "flat")
+GROUPINGS = ("line", "function", "file", "kernel", "op")
+NO_GROUP = {"line": "<no source line>", "function": "<no function>", "file": "<no file>",
+            "kernel": "<no GPU activity>", "op": "<no op>"}
+
+
+def check_view(view: str, by: str = "line") -> None:
+    if view not in VIEWS:
+        raise DlptError(f"unknown view {view!r}; choose one of: {', '.join(VIEWS)}")
+    if by not in GROUPINGS:
+        raise DlptError(f"unknown grouping {by!r}; choose one of: {', '.join(GROUPINGS)}")
+
+
+def prepare(profile: Profile, include_library: bool = False) -> Profile:
+    return profile if include_library else hide_library(profile)
+
+
+def group_key(frame: Frame, by: str) -> tuple | None:
+    """The key a frame contributes to a flat grouping, or None when it has none."""
+    k = frame.kind
+    if by == "line":
+        return (frame.file, frame.line) if frame.has_source else None
+    if by == "function":
+        if k == "python":
+            return (frame.file, frame.function or frame.name)
+        return None
+    if by == "file":
+        return (frame.file,) if k == "python" and frame.file else None
+    if by == "kernel":
+        return (k, frame.name) if k in ("kernel", "memcpy", "memset") else None
+    if by == "op":
+        return (frame.name,) if k == "op" else None
+    raise DlptError(f"unknown grouping {by!r}; choose one of: {', '.join(GROUPINGS)}")
+
+
+@dataclass
+class FlatView:
+    """Groups in no particular order. `exclusive[g]` is the time owned by the group — each
+    node's metrics go to its innermost ancestor-or-self with a key — so the rows sum to the
+    tree's total. `inclusive[g]` counts each subtree once even under recursion. `frame[g]` is a
+    representative frame; `node[g]` the node with the most inclusive time of the group."""
+
+    by: str
+    labels: list[str]
+    frame: list[Frame]
+    exclusive: np.ndarray
+    inclusive: np.ndarray
+    node: np.ndarray
+    occurrences: np.ndarray
+    owner: np.ndarray  # group of each CCT node (-1: none), for drilling down
+
+
+def _label(frame: Frame, by: str) -> str:
+    if by == "line":
+        return frame.label()
+    if by == "function":
+        return f"{frame.function} ({frame.file})" if frame.file else frame.name
+    if by == "file":
+        return frame.file
+    return frame.name
+
+
+def flat(profile: Profile, by: str = "line") -> FlatView:
+    cct = profile.cct
+    n = len(cct)
+    frame_group = np.full(len(profile.frames), -1, dtype=np.int64)
+    keys: dict[tuple, int] = {}
+    labels: list[str] = []
+    reps: list[Frame] = []
+    for fi in np.unique(cct.frame).tolist():
+        fr = profile.frames[fi]
+        k = group_key(fr, by)
+        if k is None:
+            continue
+        g = keys.get(k)
+        if g is None:
+            g = keys[k] = len(labels)
+            labels.append(_label(fr, by))
+            reps.append(fr)
+        frame_group[fi] = g
+    node_group = frame_group[cct.frame]
+    node_group[0] = -1
+    # Owner group of every node: its own, else its parent's (parents precede children).
+    owner = node_group.copy()
+    todo = np.flatnonzero(owner < 0)[1:] if n > 1 else np.zeros(0, dtype=np.int64)
+    anc = cct.parent[todo]
+    while len(todo):
+        g = node_group[anc]
+        done = (g >= 0) | (anc <= 0)
+        owner[todo[done]] = np.where(anc[done] > 0, g[done], -1)
+        todo, anc = todo[~done], cct.parent[anc[~done]]
+    none = len(labels)
+    G = none + 1
+    ncol = cct.exclusive.shape[1]
+    exc = np.zeros((G, ncol), dtype=np.int64)
+    np.add.at(exc, np.where(owner >= 0, owner, none), cct.exclusive)
+    # Inclusive: only the outermost node of a group on each path counts.
+    keyed = np.flatnonzero(node_group >= 0)
+    end = cct.end
+    top = np.zeros(n, dtype=bool)
+    open_count = [0] * G
+    stack: list[tuple[int, int]] = []
+    for i, g in zip(keyed.tolist(), node_group[keyed].tolist()):
+        while stack and stack[-1][0] <= i:
+            open_count[stack.pop()[1]] -= 1
+        if open_count[g] == 0:
+            top[i] = True
+        stack.append((int(end[i]), g))
+        open_count[g] += 1
+    inc = np.zeros((G, ncol), dtype=np.int64)
+    tops = np.flatnonzero(top)
+    np.add.at(inc, node_group[tops], cct.inclusive[tops])
+    inc[none] = exc[none]
+    occ = np.bincount(node_group[keyed], minlength=G)
+    best = np.zeros(G, dtype=np.int64)
+    if len(keyed):
+        val = cct.inclusive[keyed, 0]
+        order = np.lexsort((val, node_group[keyed]))
+        gs = node_group[keyed][order]
+        last = np.r_[np.flatnonzero(np.diff(gs)), len(gs) - 1]
+        best[gs[last]] = keyed[order][last]
+    labels.append(NO_GROUP[by])
+    reps.append(Frame("unattributed", NO_GROUP[by]))
+    return FlatView(by, labels, reps, exc, inc, best, occ, owner)
+
+
+def bottom_up(profile: Profile) -> Profile:
+    """The inverted tree: level one holds every frame that has exclusive metrics, its children
+    are its callers, and so on to the outermost frame. Each node's exclusive metrics sit at
+    the end of its reversed path, so inclusive values read as 'through this caller chain'."""
+    cct = profile.cct
+    b = TreeBuilder(int(cct.frame[0]))
+    has = np.flatnonzero(cct.exclusive.any(axis=1))
+    has = has[has > 0]
+    parent = cct.parent.tolist()
+    frame = cct.frame.tolist()
+    leaf_of: list[int] = []
+    child = b.child
+    for i in has.tolist():
+        node = 0
+        j = i
+        while j > 0:
+            node = child(node, frame[j])
+            j = parent[j]
+        leaf_of.append(node)
+    bparent, bframe, new_of_old = b.preorder()
+    exc = np.zeros((len(bparent), cct.exclusive.shape[1]), dtype=np.int64)
+    if len(has):
+        np.add.at(exc, new_of_old[np.asarray(leaf_of)], cct.exclusive[has])
+        exc[0] += cct.exclusive[0]
+    else:
+        exc[0] = cct.exclusive[0]
+    # Activities refer to top-down nodes, which an inverted tree does not have.
+    return replace(profile, cct=CCT(bparent, bframe, exc), activities=Activities.empty())

@@ -1,0 +1,1 @@
+"""Viewers: everything a person looks at — the TUI, text reports and exporters."""

@@ -1,0 +1,211 @@
+"""`dlpt report`: the three views as aligned plain text, or as JSON rows."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlpt.frames import Frame
+from dlpt.hotspots import summary
+from dlpt.metrics import COL, metric_column
+from dlpt.profile import Profile
+from dlpt.views import bottom_up, flat
+from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
+
+
+@dataclass
+class ReportOptions:
+    view: str = "top-down"
+    by: str = "line"
+    metric: str = "gpu_time"
+    depth: int | None = None
+    top: int | None = None
+    min_percent: float = 0.5
+    full_names: bool = False
+
+
+def frame_text(profile: Profile, frame: Frame, full: bool = False, width: int = 70) -> str:
+    """A frame as one line: source frames with their code, kernels shortened."""
+    if frame.kind in ("kernel",) and not full:
+        return safe_text(short_kernel_name(frame.name, width))
+    text = frame.label()
+    if frame.has_source:
+        code = profile.source_line(frame.file, frame.line)
+        if code:
+            text = f"{text}  ▸ {code}"
+    if not full and len(text) > width + 30:
+        text = text[: width + 29] + "…"
+    return safe_text(text)
+
+
+def header(profile: Profile, metric: str) -> list[str]:
+    s = summary(profile, metric)
+    cct = profile.cct
+    tot = cct.exclusive.sum(axis=0)
+    gpu = int(tot[COL["gpu_time"]])
+    src = profile.meta.get("command") or profile.path or ""
+    kind = "recorded" if profile.source == "record" else "Kineto trace"
+    lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.get('command') else str(src))} ({kind})"]
+    parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
+             ("DtoD", "dtod_time"), ("memset", "memset_time")]
+    split = " · ".join(f"{n} {fmt_time(tot[COL[m]])}" for n, m in parts if tot[COL[m]])
+    if tot[COL["memcpy_other_time"]]:
+        split += f" · other copies {fmt_time(tot[COL['memcpy_other_time']])}"
+    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else ""))
+    if tot[COL["cpu_time"]]:
+        lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
+    col = metric_column(metric)
+    total = int(tot[col])
+    if total:
+        def pct(v: float) -> str:
+            return f"{100.0 * v / (total / 1000.0 if metric.endswith('_time') else total):.1f}%"
+
+        extra = [f"attributed to source lines {pct(s['attributed_to_source'])}"]
+        if s["backward_time"]:
+            extra.append(f"backward {pct(s['backward_time'])}")
+        for reason, v in s["unattributed"].items():
+            extra.append(f"unattributed ({reason}) {pct(v)}")
+        lines.append(f"{metric}: " + " · ".join(extra))
+    if profile.source == "kineto":
+        lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
+    return lines
+
+
+def _row(pct: float, inc: str, exc: str, name: str, indent: int = 0) -> str:
+    return f"{pct:6.1f}% {bar(pct / 100.0, 8)} {inc:>10} {exc:>10}  {'  ' * indent}{name}"
+
+
+def _head(first: str = "incl", second: str = "self") -> str:
+    return f"{'%':>7} {'':8} {first:>10} {second:>10}  name"
+
+
+def render_tree(profile: Profile, opts: ReportOptions, title: str) -> list[str]:
+    cct = profile.cct
+    col = metric_column(opts.metric)
+    inc = cct.inclusive[:, col]
+    exc = cct.exclusive[:, col]
+    total = int(inc[0])
+    lines = [title, _head()]
+    if total <= 0:
+        return lines + [f"(no {opts.metric} in this profile)"]
+    limit = total * opts.min_percent / 100.0
+    hidden = 0
+    stack: list[tuple[int, int]] = [(int(c), 0) for c in _sorted_children(cct, 0, inc)[::-1]]
+    while stack:
+        i, d = stack.pop()
+        if inc[i] < limit or inc[i] <= 0:
+            hidden += 1
+            continue
+        lines.append(_row(100.0 * inc[i] / total, fmt_metric(opts.metric, inc[i]),
+                          fmt_metric(opts.metric, exc[i]) if exc[i] else "",
+                          frame_text(profile, profile.frame_of(i), opts.full_names), d))
+        if opts.depth is not None and d + 1 >= opts.depth:
+            continue
+        kids = _sorted_children(cct, i, inc)
+        if opts.top is not None:
+            hidden += max(len(kids) - opts.top, 0)
+            kids = kids[: opts.top]
+        stack.extend((int(c), d + 1) for c in kids[::-1])
+    if hidden:
+        lines.append(f"({hidden} smaller nodes hidden; --min-percent 0 shows all)")
+    return lines
+
+
+def _sorted_children(cct, i: int, inc: np.ndarray) -> np.ndarray:
+    kids = cct.children(i)
+    return kids[np.argsort(-inc[kids], kind="stable")]
+
+
+def flat_rows(profile: Profile, opts: ReportOptions) -> list[dict[str, Any]]:
+    fv = flat(profile, opts.by)
+    col = metric_column(opts.metric)
+    total = int(profile.cct.exclusive[:, col].sum())
+    order = np.argsort(-fv.exclusive[:, col], kind="stable")
+    rows = []
+    for g in order.tolist():
+        if fv.exclusive[g, col] <= 0 and fv.inclusive[g, col] <= 0:
+            continue
+        fr = fv.frame[g]
+        rows.append({
+            "name": fv.labels[g], "frame": fr, "file": fr.file, "line": fr.line, "function": fr.function,
+            "self": int(fv.exclusive[g, col]), "total": int(fv.inclusive[g, col]),
+            "percent": 100.0 * fv.exclusive[g, col] / total if total else 0.0,
+            "metrics": {m: int(v) for m, v in zip(_metric_names(), fv.exclusive[g].tolist())},
+        })
+    if opts.min_percent:
+        rows = [r for r in rows if r["percent"] >= opts.min_percent or r["total"] * 100.0 >= total * opts.min_percent]
+    return rows[: opts.top] if opts.top is not None else rows
+
+
+def _metric_names() -> tuple[str, ...]:
+    from dlpt.metrics import METRICS
+
+    return METRICS
+
+
+def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
+    rows = flat_rows(profile, opts)
+    lines = [f"flat view by {opts.by}, {opts.metric} (self = owned by the {opts.by}; total = everything beneath it)",
+             _head("self", "total")]
+    for r in rows:
+        fr = r["frame"]
+        if opts.by == "kernel" and fr.kind == "kernel" and not opts.full_names:
+            name = short_kernel_name(fr.name, 70)
+        elif opts.by == "line":
+            name = frame_text(profile, fr, opts.full_names)
+        else:
+            name = r["name"]
+        lines.append(_row(r["percent"], fmt_metric(opts.metric, r["self"]),
+                          fmt_metric(opts.metric, r["total"]), safe_text(name)))
+    if not rows:
+        lines.append(f"(no {opts.metric} in this profile)")
+    return lines
+
+
+def render(profile: Profile, opts: ReportOptions) -> str:
+    """The report as text. `profile` is already prepared (library frames hidden or not)."""
+    lines = header(profile, opts.metric) + [""]
+    if opts.view == "flat":
+        lines += render_flat(profile, opts)
+    elif opts.view == "bottom-up":
+        lines += render_tree(bottom_up(profile), opts,
+                             f"bottom-up view, {opts.metric}: each frame's self time, then its callers")
+    else:
+        lines += render_tree(profile, opts, f"top-down view, {opts.metric}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:
+    """The same view as data: tree views as nested nodes, flat as rows."""
+    col = metric_column(opts.metric)
+    doc: dict[str, Any] = {"schema": "dlpt.report/1", "view": opts.view, "metric": opts.metric,
+                           "unit": "ns" if opts.metric.endswith("_time") else "count",
+                           "summary": summary(profile, opts.metric)}
+    if opts.view == "flat":
+        doc["by"] = opts.by
+        doc["rows"] = [{k: v for k, v in r.items() if k != "frame"} for r in flat_rows(profile, opts)]
+        return doc
+    prof = bottom_up(profile) if opts.view == "bottom-up" else profile
+    cct = prof.cct
+    inc = cct.inclusive[:, col]
+    total = int(inc[0])
+    limit = total * opts.min_percent / 100.0
+
+    def node(i: int, d: int) -> dict[str, Any]:
+        fr = prof.frame_of(i)
+        out: dict[str, Any] = {"name": fr.name, "kind": fr.kind, "file": fr.file, "line": fr.line,
+                               "function": fr.function, "inclusive": int(inc[i]),
+                               "exclusive": int(cct.exclusive[i, col])}
+        if opts.depth is None or d + 1 < opts.depth:
+            kids = [int(c) for c in _sorted_children(cct, i, inc) if inc[c] >= limit and inc[c] > 0]
+            if opts.top is not None:
+                kids = kids[: opts.top]
+            out["children"] = [node(c, d + 1) for c in kids]
+        return out
+
+    doc["total"] = total
+    doc["roots"] = [node(int(c), 0) for c in _sorted_children(cct, 0, inc) if inc[c] >= limit and inc[c] > 0]
+    return doc
