@@ -61,11 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         print("dlpt: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # `dlpt report ... | head`: the reader went away; that is not an error.
-        try:
-            sys.stdout = None  # type: ignore[assignment]
-        finally:
-            return 0
+        # `dlpt report ... | head`: the reader went away; that is not an error. Point stdout at
+        # devnull so that the interpreter's final flush does not raise again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ def progress_for(progress: Progress | None) -> Iterator[Progress | None]:
         yield progress
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     bar = Bar(TextColumn("dlpt: {task.description}"), BarColumn(), TimeElapsedColumn(),
               console=Console(stderr=True), transient=True)

@@ -20,8 +20,8 @@ import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from dlpt.collectors.kineto.decode import Trace
+
 from dlpt.cct import TreeBuilder
 from dlpt.frames import Frame, FrameTable, python_frame
 from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET, copy_kind
@@ -270,8 +270,8 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
         if t in py_threads:
             return base, False
         # The autograd engine's work belongs to the `run_backward` call that waits for it.
-        k = bisect.bisect_right(rb_starts, s) - 1
-        for k in range(k, max(k - 4, -1), -1):
+        last = bisect.bisect_right(rb_starts, s) - 1
+        for k in range(last, max(last - 4, -1), -1):
             rs, re_, ri = run_backward[k]
             if rs <= s < re_ and h_thread[ri] != t:
                 return ri, True

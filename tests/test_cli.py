@@ -1,0 +1,113 @@
+"""The dlpt command end to end, as users run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import TRACE_NAMES, trace_path
+
+
+def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_report_top_down_on_every_fixture(name):
+    r = dlpt("report", str(trace_path(name)))
+    assert r.returncode == 0, r.stderr
+    assert "GPU time" in r.stdout and "top-down view" in r.stdout
+    assert "capture_traces.py" in r.stdout
+
+
+def test_flat_by_kernel_shows_shortened_names():
+    r = dlpt("report", str(trace_path("gpt_train")), "--view", "flat", "--by", "kernel", "--top", "5")
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if "%" in ln and "█" in ln or ln.strip().startswith(("1", "2", "3"))]
+    assert rows
+    assert "cutlass::Kernel2<…>" in r.stdout
+    full = dlpt("report", str(trace_path("gpt_train")), "--view", "flat", "--by", "kernel", "--full-names")
+    assert "cutlass_80_simt_sgemm_128x64_8x5_nt_align1" in full.stdout
+
+
+def test_bottom_up_and_json(tmp_path):
+    r = dlpt("report", str(trace_path("copies")), "--view", "bottom-up", "--format", "json", "--min-percent", "0")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["view"] == "bottom-up"
+    assert sum(n["inclusive"] for n in doc["roots"]) == doc["total"]
+
+
+def test_import_then_export_hotspots(tmp_path):
+    prof = tmp_path / "run.dlpt"
+    r = dlpt("import", str(trace_path("gpt_train")), "-o", str(prof))
+    assert r.returncode == 0, r.stderr
+    assert "dlpt view" in r.stderr
+    again = dlpt("import", str(trace_path("gpt_train")), "-o", str(prof))
+    assert again.returncode == 2 and again.stderr.startswith("dlpt: ") and "--force" in again.stderr
+    hot = tmp_path / "hot.json"
+    r = dlpt("export", str(prof), "-f", "hotspots", "-o", str(hot), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(hot.read_text())
+    assert doc["schema"] == "dlpt.hotspots/1"
+    assert doc["profile"]["source"] == "kineto"
+    assert len(doc["hotspots"]) == 3
+    assert doc["summary"]["backward_time"] > 0
+    # The report of the saved profile and of the trace itself agree.
+    a = dlpt("report", str(prof), "--view", "flat", "--format", "json")
+    b = dlpt("report", str(trace_path("gpt_train")), "--view", "flat", "--format", "json")
+    assert json.loads(a.stdout)["rows"] == json.loads(b.stdout)["rows"]
+
+
+def test_a_directory_of_rank_traces(tmp_path):
+    import shutil
+
+    for r, name in enumerate(("copies", "threaded")):
+        shutil.copy(trace_path(name), tmp_path / f"rank{r}.pt.trace.json.gz")
+    r = dlpt("report", str(tmp_path), "--view", "top-down", "--depth", "1", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {n["kind"] for n in doc["roots"]} == {"rank"}
+    assert len(doc["roots"]) == 2
+
+
+@pytest.mark.parametrize("args", [
+    ("report", "/nonexistent/trace.json"),
+    ("report", "--view", "sideways", "x"),
+    ("export", "x", "-f", "nope", "-o", "-"),
+    ("report", "--top", "-3", "x"),
+])
+def test_bad_usage_is_one_line_and_status_2(args):
+    r = dlpt(*args)
+    assert r.returncode == 2
+    assert r.stderr.startswith("dlpt: ") and r.stderr.count("\n") == 1
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_files_are_one_line_and_status_2(tmp_path):
+    cases = {
+        "empty.json": b"",
+        "fake.json.gz": b"not gzip at all",
+        "cut.json": b'{"traceEvents": [{"ph": "X", "cat": "kernel"',
+        "list.json": b"[1, 2, 3]",
+    }
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        r = dlpt("report", str(p))
+        assert r.returncode == 2, name
+        assert r.stderr.startswith("dlpt: ") and "Traceback" not in r.stderr, (name, r.stderr)
+    empty_dir = tmp_path / "nothing"
+    empty_dir.mkdir()
+    r = dlpt("report", str(empty_dir))
+    assert r.returncode == 2 and "no Kineto traces" in r.stderr
+
+
+def test_help_shows_examples():
+    r = dlpt("report", "--help")
+    assert r.returncode == 0 and "examples:" in r.stdout
+    r = dlpt("--help")
+    assert "dlpt record" in r.stdout
