@@ -48,26 +48,30 @@ _ARGS = re.compile(r"\((?:[^()]|\([^()]*\))*\)\s*(const)?\s*$")
 
 
 def short_kernel_name(name: str, width: int = 60) -> str:
-    """`void at::native::elementwise_kernel<128, 2, ...>(int, ...)` → `at::native::elementwise_kernel<…>`.
+    """`void at::native::elementwise_kernel<128, 2, ...>(int, ...)` → `at::native::elementwise_kernel<128, 2, …>`.
 
-    Template arguments and the parameter list make names hundreds of characters long while the
-    part people recognise is the qualified function name."""
+    The parameter list and nested template arguments make names hundreds of characters long,
+    while what people recognise is the qualified name and its first template arguments (for
+    `cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>` they are the whole story)."""
     s = name.strip().replace("(anonymous namespace)", "{anonymous}")
     if s.startswith("void "):
         s = s[5:]
-    # Drop the trailing parameter list, then fold template arguments.
     depth = 0
     out = []
     for ch in s:
         if ch == "<":
-            if depth == 0:
-                out.append("<…>")
             depth += 1
+            if depth == 1:
+                out.append("<")
+            elif depth == 2:
+                out.append("…")
         elif ch == ">":
             depth = max(depth - 1, 0)
-        elif depth == 0:
-            if ch == "(":
-                break
+            if depth == 0:
+                out.append(">")
+        elif depth == 0 and ch == "(":
+            break  # the parameter list
+        elif depth <= 1:
             out.append(ch)
     short = ("".join(out).strip() or s).replace("{anonymous}", "(anonymous)")
     if len(short) > width:
