@@ -106,13 +106,13 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
                     skipped += 1
                     continue
                 key = (e.pid, e.tid)
-                t = thread_ids.get(key)
-                if t is None:
-                    try:
+                try:
+                    t = thread_ids.get(key)
+                    if t is None:
                         t = thread_ids[key] = len(thread_ids)
-                    except TypeError:  # unhashable pid/tid
-                        skipped += 1
-                        continue
+                except TypeError:  # unhashable pid/tid
+                    skipped += 1
+                    continue
                 i = len(h_kind)
                 h_kind.append(hk)
                 h_name.append(e.name)
@@ -150,8 +150,8 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
             s = _ns(e.ts)
             try:
                 t = thread_ids.get((e.pid, e.tid))
-            except TypeError:
-                t = None
+            except TypeError:  # unhashable pid/tid: a flow with no thread links nothing
+                continue
             if s is None:
                 continue
             if t is None:
