@@ -100,6 +100,9 @@ def decode(path: str) -> Trace:
     except msgspec.DecodeError as e:
         what = "cut short" if "truncated" in str(e).lower() else f"not valid JSON ({e})"
         raise DlptError(f"{path}: the trace is {what}; re-export it from torch.profiler") from None
+    except UnicodeDecodeError as e:
+        raise DlptError(f"{path}: the trace is not UTF-8 text ({e.reason} at byte {e.start}); "
+                        "expected JSON from torch.profiler") from None
     return trace
 
 
