@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from dlpt.errors import DlptError
 from dlpt.profile import Profile
@@ -22,6 +23,10 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     with progress_for(progress) as prog:
         prof = import_traces(path, progress=prog)
     prof.path = path
+    skipped = int(prof.meta.get("skipped_events", 0) or 0)
+    if skipped:
+        # Survivable damage: say how much was left out rather than dropping it silently.
+        print(f"dlpt: warning: {path}: skipped {skipped:,} malformed events", file=sys.stderr)
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
 

@@ -138,8 +138,11 @@ def load(path: str) -> Profile:
         return _read(con, path)
     except sqlite3.DatabaseError as e:
         raise DlptError(f"{path}: damaged or not a dlpt profile ({e})") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise DlptError(f"{path}: damaged profile ({e}); record or import it again") from None
+    except DlptError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as e:
+        # Damage inside the file surfaces as whatever the decoding step trips on.
+        raise DlptError(f"{path}: damaged profile ({type(e).__name__}: {e}); record or import it again") from None
     finally:
         con.close()
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 
 from dlpt.frames import Frame
 from dlpt.hotspots import summary
 from dlpt.metrics import COL, metric_column
 from dlpt.profile import Profile
+from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.views import bottom_up, flat
 
 

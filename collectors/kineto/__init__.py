@@ -6,10 +6,10 @@ import os
 from collections.abc import Callable
 
 import numpy as np
-from dlpt.collectors.kineto.decode import decode, trace_files
-from dlpt.collectors.kineto.link import LinkResult, link_trace
 
 from dlpt.cct import CCT, TreeBuilder
+from dlpt.collectors.kineto.decode import decode, trace_files
+from dlpt.collectors.kineto.link import LinkResult, link_trace
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import exclusive_matrix
 from dlpt.profile import Activities, Profile

@@ -20,9 +20,9 @@ import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
-from dlpt.collectors.kineto.decode import Trace
 
 from dlpt.cct import TreeBuilder
+from dlpt.collectors.kineto.decode import Trace
 from dlpt.frames import Frame, FrameTable, python_frame
 from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET, copy_kind
 

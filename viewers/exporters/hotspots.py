@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from dlpt.viewers.exporters import ExportOptions, register
-
 from dlpt.hotspots import hotspots
 from dlpt.profile import Profile
+from dlpt.viewers.exporters import ExportOptions, register
 
 
 @register
