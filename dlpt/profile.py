@@ -13,6 +13,8 @@ from dlpt.cct import CCT
 from dlpt.frames import Frame
 
 if TYPE_CHECKING:
+    import hatchet
+    import networkx as nx
     import pandas as pd
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes")
@@ -75,3 +77,16 @@ class Profile:
         from dlpt.tables import view_dataframe
 
         return view_dataframe(self, view=view, by=by, include_library=include_library)
+
+    def to_graphframe(self, include_library: bool = False, metric: str = "gpu_time") -> hatchet.GraphFrame:
+        """The calling-context tree as a hatchet GraphFrame (exclusive metrics as `gpu_time`,
+        inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays."""
+        from dlpt.graphframe import to_graphframe
+
+        return to_graphframe(self, include_library=include_library, metric=metric)
+
+    def call_graph(self, include_library: bool = False) -> nx.DiGraph:
+        """The function-level caller/callee graph (networkx), metrics on nodes and edges."""
+        from dlpt.callgraph import call_graph
+
+        return call_graph(self, include_library=include_library)
