@@ -16,8 +16,8 @@ import sys
 import tempfile
 
 import numpy as np
-from dlpt.collectors.kineto import import_traces
 
+from dlpt.collectors.kineto import import_traces
 from dlpt.errors import DlptError
 
 
