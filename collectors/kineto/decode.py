@@ -84,6 +84,14 @@ def read_bytes(path: str) -> bytes:
                             "re-export or re-copy the trace") from None
     elif path.endswith(".gz"):
         raise DlptError(f"{path}: named .gz but is not gzip data")
+    if data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
+    elif data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        # Some tools save JSON as UTF-16 with a byte-order mark; it is still a trace.
+        try:
+            data = data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            raise DlptError(f"{path}: UTF-16 text that does not decode; expected JSON from torch.profiler") from None
     if not data.strip():
         raise DlptError(f"{path}: the file is empty; expected a Kineto trace "
                         "(torch.profiler export_chrome_trace)")

@@ -1,0 +1,147 @@
+"""A corpus of bad and odd inputs for every command that reads. Bad input: one `dlpt: ` line,
+exit status 2, no traceback. Survivable damage: a warning that counts what was skipped.
+Valid oddities: they work."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from conftest import raw_events, trace_path
+
+GOOD = {"traceEvents": raw_events("cudagraph_mlp")}
+
+
+def _events(extra):
+    return json.dumps({"traceEvents": GOOD["traceEvents"] + extra}).encode()
+
+
+BAD_FILES = {
+    "empty.json": b"",
+    "spaces.json": b"   \n\t ",
+    "not-gzip.json.gz": b"plain text, not gzip",
+    "cut.json.gz": gzip.compress(json.dumps(GOOD).encode())[:500],
+    "cut.json": json.dumps(GOOD).encode()[:-200],
+    "list.json": b"[1, 2, 3]",
+    "string.json": b'"hello"',
+    "no-events.json": b'{"foo": 1}',
+    "events-not-list.json": b'{"traceEvents": {"a": 1}}',
+    "latin1.json": '{"traceEvents": [{"name": "caf\xe9"'.encode("latin-1") + b"\xff]}",
+    "binary.json": bytes(range(256)) * 10,
+    "garbage.dlpt": b"\x00\x01garbage" * 100,
+    "fake-sqlite.dlpt": b"SQLite format 3\x00" + b"\x00" * 200,
+}
+
+SURVIVABLE = {
+    # Wrong types and missing fields in some events of a good trace.
+    "wrong-types.json": _events([{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1},
+                                 {"ph": "X", "cat": "cpu_op", "name": ["x"], "ts": 1.0, "dur": 2.0},
+                                 {"ph": "X", "cat": "kernel", "name": "neg", "ts": 1.0, "dur": -5.0}]),
+}
+
+ODD_BUT_VALID = {
+    # A kernel with no launch record, a zero-length kernel, a huge name, markup and escapes.
+    "odd.json": _events([
+        {"ph": "X", "cat": "kernel", "name": "orphan_kernel", "pid": 0, "tid": 7, "ts": 10.0, "dur": 3.5,
+         "args": {"correlation": 987654321}},
+        {"ph": "X", "cat": "kernel", "name": "zero", "pid": 0, "tid": 7, "ts": 11.0, "dur": 0.0, "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "k" * 100_000, "pid": 0, "tid": 7, "ts": 12.0, "dur": 1.0},
+        {"ph": "X", "cat": "kernel", "name": "\x1b[31m[bold red]evil[/bold red]\x07", "pid": 0, "tid": 7,
+         "ts": 13.0, "dur": 2.0},
+    ]),
+    "utf16.json": json.dumps(GOOD).encode("utf-16"),
+    "bom.json": b"\xef\xbb\xbf" + json.dumps(GOOD).encode(),
+}
+
+COMMANDS = [
+    ("report", "{p}"),
+    ("report", "{p}", "--view", "flat", "--by", "kernel"),
+    ("export", "{p}", "-f", "hotspots", "-o", "-"),
+    ("import", "{p}", "-o", "{out}"),
+]
+
+
+def dlpt(*args):
+    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
+
+
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def _args(cmd, p, out):
+    return [a.format(p=p, out=out) for a in cmd]
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_bad_files(tmp_path, name, cmd):
+    p = _write(tmp_path, name, BAD_FILES[name])
+    out = tmp_path / "out.dlpt"
+    r = dlpt(*_args(cmd, p, out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("dlpt: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.stderr and name in r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", sorted(SURVIVABLE))
+def test_survivable_damage_is_counted(tmp_path, name):
+    p = _write(tmp_path, name, SURVIVABLE[name])
+    r = dlpt("report", str(p), "--format", "json", "--view", "flat", "--by", "kernel")
+    assert r.returncode == 0, r.stderr
+    assert "skipped 3 malformed events" in r.stderr
+    doc = json.loads(r.stdout)
+    good_ns = sum(round(e["dur"] * 1000) for e in GOOD["traceEvents"]
+                  if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
+    assert sum(row["self"] for row in doc["rows"]) == good_ns
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BUT_VALID))
+def test_odd_but_valid_inputs_work(tmp_path, name):
+    p = _write(tmp_path, name, ODD_BUT_VALID[name])
+    r = dlpt("report", str(p), "--view", "flat", "--by", "kernel", "--min-percent", "0")
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    if name == "odd.json":
+        assert "\\x1b[31m[bold red]evil[/bold red]\\x07" in r.stdout
+        r = dlpt("export", str(p), "-o", "-")
+        doc = json.loads(r.stdout)
+        assert doc["summary"]["unattributed"]["no launch record"] == pytest.approx(3.5 + 0 + 1 + 2)
+
+
+def test_missing_paths_and_empty_directories(tmp_path):
+    for args in (("report", str(tmp_path / "nope")), ("export", str(tmp_path / "nope"), "-o", "-"),
+                 ("import", str(tmp_path / "nope"), "-o", str(tmp_path / "x.dlpt")),
+                 ("report", str(tmp_path))):
+        r = dlpt(*args)
+        assert r.returncode == 2 and r.stderr.startswith("dlpt: ") and "Traceback" not in r.stderr, args
+
+
+def test_foreign_and_newer_databases(tmp_path):
+    foreign = tmp_path / "foreign.dlpt"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE users (name TEXT)")
+    con.commit()
+    con.close()
+    r = dlpt("report", str(foreign))
+    assert r.returncode == 2 and "not a dlpt profile" in r.stderr
+    prof = tmp_path / "p.dlpt"
+    assert dlpt("import", str(trace_path("threaded")), "-o", str(prof)).returncode == 0
+    con = sqlite3.connect(prof)
+    con.execute("PRAGMA user_version=99")
+    con.commit()
+    con.close()
+    r = dlpt("report", str(prof))
+    assert r.returncode == 2 and "newer dlpt" in r.stderr and "pip install -U dlpt" in r.stderr
+
+
+def test_unwritable_output(tmp_path):
+    r = dlpt("export", str(trace_path("threaded")), "-o", str(tmp_path / "no" / "such" / "dir" / "h.json"))
+    assert r.returncode == 2 and r.stderr.startswith("dlpt: ") and "no such directory" in r.stderr
