@@ -1,0 +1,53 @@
+"""`dlpt diff A B`: what got slower and what got faster between two profiles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dlpt.commands.common import add_library, add_metric, positive_int, write_output
+
+EPILOG = """\
+examples:
+  dlpt diff before.dlpt after.dlpt                        lines whose GPU time changed most
+  dlpt diff before.dlpt after.dlpt --by kernel --top 10
+  dlpt diff a.pt.trace.json.gz b.pt.trace.json.gz --by op --metric cpu_time
+  dlpt diff before.dlpt after.dlpt --format json -o diff.json
+
+Rows are matched across the runs by file and line, then (when code moved) by the text of the
+line within its function, then by file and function; the 'matched by' column says which.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from dlpt.views import GROUPINGS
+
+    p = sub.add_parser("diff", help="compare two profiles: what got slower, what got faster",
+                       description="Compare two profiles (.dlpt files or Kineto traces): the change "
+                       "of a metric per line, function, file, kernel or op, largest first.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("before", metavar="A", help="the first (baseline) profile")
+    p.add_argument("after", metavar="B", help="the second profile")
+    p.add_argument("--by", "-b", default="line", choices=GROUPINGS, help="what to compare (default: line)")
+    add_metric(p)
+    p.add_argument("--top", "-n", type=positive_int, default=20, help="rows to show; 0 for all (default: 20)")
+    add_library(p)
+    p.add_argument("--format", "-f", default="text", choices=("text", "json"))
+    p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlpt.diff import diff_json, diff_profiles, render_text
+    from dlpt.loader import open_profile
+
+    a = open_profile(args.before)
+    b = open_profile(args.after)
+    d = diff_profiles(a, b, by=args.by, metric=args.metric, include_library=args.include_library)
+    if args.format == "json":
+        doc = diff_json(d, args.top)
+        write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+    else:
+        text = render_text(d, args.top)
+        write_output(args.output, lambda f: f.write(text))
+    return 0
