@@ -1,0 +1,495 @@
+"""`dlpt view`: the textual application. The model work (loading, preparing views, hiding
+library frames, filtering) runs in thread workers; the UI thread only formats visible rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from dlpt.commands.common import write_output
+from dlpt.errors import DlptError
+from dlpt.metrics import COL
+from dlpt.profile import Profile
+from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
+from dlpt.viewers.tui.detail import Detail, render_detail
+from dlpt.viewers.tui.help import HelpScreen
+from dlpt.viewers.tui.model import (
+    METRIC_CYCLE,
+    ActivityIndex,
+    FlatSource,
+    Outline,
+    Source,
+    TreeSource,
+    bottom_up_source,
+    device_names,
+    filter_keys,
+    kind_totals,
+    line_totals,
+    program_name,
+)
+from dlpt.viewers.tui.table import TreeTable
+from dlpt.views import GROUPINGS, FlatView, flat, prepare
+
+VIEW_KEYS = {"1": "top-down", "2": "bottom-up", "3": "flat"}
+
+
+@dataclass
+class Variant:
+    """One preparation of the profile (library frames hidden or shown) and its views, built
+    on first use and kept, so switching back is instant."""
+
+    profile: Profile
+    top_down: TreeSource
+    bottom_up: TreeSource | None = None
+    flats: dict[str, FlatSource] = field(default_factory=dict)
+    by_line: FlatView | None = None
+    activities: ActivityIndex | None = None
+
+
+def export_path(profile_path: str) -> str:
+    """`<profile>.hotspots.json` beside the profile (a directory of traces: beside it)."""
+    p = profile_path.rstrip("/\\") if profile_path else ""
+    return (p or "dlpt") + ".hotspots.json"
+
+
+class DlptApp(App[int]):
+    """Explore a profile: top-down, bottom-up and flat views, source, kernels and copies."""
+
+    TITLE = "dlpt"
+    CSS = """
+    #header { height: auto; padding: 0 1; background: $boost; }
+    #detail { height: 40%; border-top: solid $secondary; padding: 0 1; }
+    #detail.hidden { display: none; }
+    #search { dock: bottom; display: none; }
+    #search.visible { display: block; }
+    """
+
+    BINDINGS = [
+        Binding("1", "view('top-down')", "top-down"),
+        Binding("2", "view('bottom-up')", "bottom-up"),
+        Binding("3", "view('flat')", "flat"),
+        Binding("g", "grouping", "group"),
+        Binding("e", "hottest", "hot path"),
+        Binding("slash", "search", "search"),
+        Binding("s", "metric", "metric"),
+        Binding("l", "library", "library"),
+        Binding("x", "export", "export"),
+        Binding("d", "toggle_detail", "detail", show=False),
+        Binding("escape", "clear_search", "clear", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, path: str | None = None, profile: Profile | None = None, *,
+                 include_library: bool = False, metric: str = "gpu_time") -> None:
+        super().__init__()
+        if path is None and profile is None:
+            raise ValueError("DlptApp needs a path or a profile")
+        self.path = path
+        self.base = profile
+        self.include_library = include_library
+        self.metric = metric
+        self.view = "top-down"
+        self.by = "line"
+        self.search_text = ""
+        self.variants: dict[bool, Variant] = {}
+        self.outlines: dict[tuple, Outline] = {}
+        self._applied_query: dict[tuple, str] = {}
+        self.detail: Detail | None = None
+        self.error: str | None = None
+        self.busy = ""
+        self.last_export: str | None = None
+        self._detail_timer: Timer | None = None
+        self.started = time.perf_counter()
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("dlpt · loading…"), id="header")
+        yield TreeTable(id="table")
+        with VerticalScroll(id="detail"):
+            yield Static(Text(""), id="detail-body")
+        yield Input(placeholder="search names (enter applies, empty clears, escape cancels)", id="search")
+        yield Footer()
+
+    @property
+    def table(self) -> TreeTable:
+        return self.query_one(TreeTable)
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self._set_busy("loading")
+        self._background(self._load, self._loaded)
+
+    # -- background work --------------------------------------------------------------------
+
+    def _set_busy(self, what: str) -> None:
+        self.busy = what
+        self.table.loading = bool(what)
+        self._render_header()
+
+    def _background(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Run `job` in a thread; `then(result)` on the UI thread unless a newer job replaced it."""
+
+        def run() -> None:
+            result = job()
+            if not get_current_worker().is_cancelled:
+                self.call_from_thread(then, result)
+
+        self.run_worker(run, thread=True, group="model", exclusive=True, exit_on_error=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        err = event.worker.error
+        msg = str(err) if isinstance(err, DlptError) else f"{type(err).__name__}: {err}"
+        if not self.variants:
+            # Nothing to show: leave with the message, which `dlpt view` prints as `dlpt: ...`.
+            self.error = msg
+            self.exit(2)
+            return
+        self._set_busy("")
+        self.notify(safe_text(msg), title="dlpt", severity="error", timeout=8)
+
+    def _variant_job(self, include_library: bool) -> Variant:
+        assert self.base is not None
+        prof = prepare(self.base, include_library)
+        src = TreeSource(prof, "top-down")
+        # Build the cached arrays here, off the UI thread: subtree ends, child index, one prefix sum.
+        prof.cct.children(0)
+        _ = prof.cct.end
+        src.prefix(COL[self.metric])
+        return Variant(prof, src)
+
+    def _load(self) -> Variant:
+        if self.base is None:
+            from dlpt.loader import open_profile
+
+            assert self.path is not None
+            last = [0.0]
+
+            def progress(what: str, done: int, total: int) -> None:
+                # The loader would draw its own bar on the terminal the TUI owns: report here
+                # instead, a few times a second.
+                now = time.perf_counter()
+                if now - last[0] > 0.1:
+                    last[0] = now
+                    pct = f" {100 * done // total}%" if total else ""
+                    self.call_from_thread(self._set_busy, f"{what}{pct}")
+
+            self.base = open_profile(self.path, progress=progress)
+        return self._variant_job(self.include_library)
+
+    def _loaded(self, v: Variant) -> None:
+        self.variants[self.include_library] = v
+        self._set_busy("")
+        self._show()
+
+    # -- the current view -------------------------------------------------------------------
+
+    @property
+    def variant(self) -> Variant | None:
+        return self.variants.get(self.include_library)
+
+    def _outline_key(self) -> tuple:
+        return (self.include_library, self.view, self.by if self.view == "flat" else "")
+
+    def _source(self, v: Variant) -> Source | None:
+        if self.view == "top-down":
+            return v.top_down
+        if self.view == "bottom-up":
+            return v.bottom_up
+        return v.flats.get(self.by)
+
+    @property
+    def outline(self) -> Outline | None:
+        return self.outlines.get(self._outline_key())
+
+    def _show(self, keep_key: int | None = None) -> None:
+        """Show the current view, building what it needs in the background first."""
+        v = self.variant
+        if v is None:
+            lib = self.include_library
+            self._set_busy("showing library frames" if lib else "hiding library frames")
+            self._background(lambda: self._variant_job(lib), self._variant_ready)
+            return
+        src = self._source(v)
+        if src is None:
+            view, by, prof = self.view, self.by, v.profile
+            self._set_busy(f"building the {view} view")
+            job = (lambda: bottom_up_source(prof)) if view == "bottom-up" else (lambda: FlatSource(prof, by))
+            self._background(job, lambda s: self._source_ready(v, view, by, s))
+            return
+        key = self._outline_key()
+        col = COL[self.metric]
+        o = self.outlines.get(key)
+        if o is None:
+            o = self.outlines[key] = Outline(src, col)
+            self._applied_query[key] = ""
+        elif o.col != col:
+            o.set_metric(col)
+        if self._applied_query.get(key, "") != self.search_text:
+            query = self.search_text
+            self._set_busy("searching")
+
+            def job() -> np.ndarray | None:
+                return filter_keys(src, query) if query else None
+
+            def done(keep: np.ndarray | None) -> None:
+                o.set_filter(keep)
+                self._applied_query[key] = query
+                self._set_busy("")
+                self._show(keep_key)
+
+            self._background(job, done)
+            return
+        if keep_key is not None and o.row_of(keep_key) < 0 and src.is_tree and o.keep is None:
+            o.reveal(keep_key)
+        self.table.show(o, self.metric, keep_key)
+        self._render_header()
+
+    def _variant_ready(self, v: Variant) -> None:
+        self.variants[self.include_library] = v
+        self._set_busy("")
+        self._show()
+
+    def _source_ready(self, v: Variant, view: str, by: str, src: Source) -> None:
+        if view == "bottom-up":
+            v.bottom_up = src  # type: ignore[assignment]
+        else:
+            v.flats[by] = src  # type: ignore[assignment]
+        self._set_busy("")
+        self._show()
+
+    # -- header -----------------------------------------------------------------------------
+
+    def _render_header(self) -> None:
+        try:
+            header = self.query_one("#header", Static)
+        except Exception:
+            return
+        t = Text()
+        prof = self.base
+        if prof is None:
+            t.append("dlpt · ", style="bold")
+            t.append(safe_text(self.path or ""))
+            t.append("  loading…", style="italic")
+            header.update(t)
+            return
+        kind = "recorded" if prof.source == "record" else "Kineto trace"
+        t.append("dlpt · ", style="bold")
+        t.append(program_name(prof), style="bold")
+        t.append(f" ({kind}) · {device_names(prof)}\n")
+        tot = kind_totals(prof)
+        t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
+        parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
+                 ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
+        t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts
+                                   if tot[m] or m in ("kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time")))
+        t.append("\n")
+        view = f"flat by {self.by}" if self.view == "flat" else self.view
+        t.append(f"[{view}]", style="reverse")
+        t.append(f" metric {self.metric} · library frames {'shown' if self.include_library else 'hidden'}")
+        if self.search_text:
+            t.append(" · filter ")
+            t.append(safe_text(repr(self.search_text)), style="bold")
+        if tot["cpu_time"]:
+            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
+        if self.busy:
+            t.append(f" · {self.busy}…", style="italic")
+        header.update(t)
+
+    # -- detail pane ------------------------------------------------------------------------
+
+    def on_tree_table_highlighted(self, message: TreeTable.Highlighted) -> None:
+        # Moving fast through rows should not compute a detail per row: wait for a pause.
+        if self._detail_timer is not None:
+            self._detail_timer.stop()
+        self._detail_timer = self.set_timer(0.05, self.update_detail)
+
+    def update_detail(self) -> None:
+        o, v = self.outline, self.variant
+        key = self.table.current_key
+        body = self.query_one("#detail-body", Static)
+        if o is None or v is None or key is None:
+            body.update(Text(""))
+            self.detail = None
+            return
+        self.detail = d = self.build_detail(v, o.source, key)
+        if d.frame.has_source and d.source is not None and v.by_line is None:
+            prof = v.profile
+
+            def job() -> FlatView:
+                return flat(prof, "line")
+
+            def done(fv: FlatView) -> None:
+                v.by_line = fv
+                self.update_detail()
+
+            self.run_worker(lambda: self._lines_job(job, done), thread=True, group="lines", exclusive=True)
+        body.update(render_detail(d))
+
+    def _lines_job(self, job: Callable[[], FlatView], done: Callable[[FlatView], None]) -> None:
+        fv = job()
+        self.call_from_thread(done, fv)
+
+    def build_detail(self, v: Variant, src: Source, key: int) -> Detail:
+        col = COL[self.metric]
+        k1 = np.array([key])
+        frame = src.frame(key)
+        kinds = {"kernels": "kernel_time", "HtoD": "htod_time", "DtoH": "dtoh_time", "DtoD": "dtod_time",
+                 "memset": "memset_time"}
+        breakdown = {n: int(src.kind_values(k1, COL[m])[0]) for n, m in kinds.items()}
+        note = ""
+        activities = None
+        if isinstance(src, TreeSource) and src.name == "top-down":
+            path = [src.label(int(i)) for i in src.cct.path(key)]
+            if v.activities is None:
+                v.activities = ActivityIndex(v.profile)
+            activities = v.activities.beneath(key, int(src.cct.end[key]))
+        elif isinstance(src, TreeSource):
+            path = [src.label(int(i)) for i in src.cct.path(key)]
+            note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"
+        else:
+            assert isinstance(src, FlatSource)
+            node = int(src.view.node[key])
+            path = [v.top_down.label(int(i)) for i in v.profile.cct.path(node)] if node > 0 else []
+            note = "call path: the group's costliest occurrence"
+            if v.activities is None:
+                v.activities = ActivityIndex(v.profile)
+            activities = v.activities.of_nodes(src.view.owner == key)
+        lines = None
+        text = None
+        if frame.has_source:
+            text = v.profile.sources.get(frame.file)
+            if text is not None and v.by_line is not None:
+                lines = line_totals(v.by_line, frame.file)
+        return Detail(frame=frame, view=self.view, metric=self.metric,
+                      primary=(src.primary_name, int(src.primary(k1, col)[0])),
+                      secondary=(src.secondary_name, int(src.secondary(k1, col)[0])),
+                      total=src.total(col), breakdown=breakdown, path=path, source=text, lines=lines,
+                      activities=activities, note=note)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return self.variant is not None and not self.busy
+
+    def action_view(self, view: str) -> None:
+        if not self._idle() or view == self.view:
+            return
+        self.view = view
+        self._show()
+
+    def action_grouping(self) -> None:
+        if not self._idle():
+            return
+        if self.view != "flat":
+            self.view = "flat"
+        else:
+            self.by = GROUPINGS[(GROUPINGS.index(self.by) + 1) % len(GROUPINGS)]
+        self._show()
+
+    def action_metric(self) -> None:
+        if not self._idle():
+            return
+        i = METRIC_CYCLE.index(self.metric) if self.metric in METRIC_CYCLE else -1
+        self.metric = METRIC_CYCLE[(i + 1) % len(METRIC_CYCLE)]
+        self._show(self.table.current_key)
+
+    def action_library(self) -> None:
+        if not self._idle():
+            return
+        self.include_library = not self.include_library
+        self._show()
+
+    def action_hottest(self) -> None:
+        o = self.outline
+        if o is None or self.busy or not len(o):
+            return
+        r = o.expand_hottest(self.table.cursor)
+        self.table.structure_changed()
+        self.table.move_to(r)
+
+    def action_search(self) -> None:
+        if not self._idle():
+            return
+        box = self.query_one("#search", Input)
+        box.value = self.search_text
+        box.add_class("visible")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.remove_class("visible")
+        self.table.focus()
+        self.search_text = event.value.strip()
+        self._show()
+
+    def action_clear_search(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_class("visible"):
+            box.remove_class("visible")
+            self.table.focus()
+            return
+        if self.search_text and self._idle():
+            self.search_text = ""
+            self._show()
+
+    def action_toggle_detail(self) -> None:
+        self.query_one("#detail").toggle_class("hidden")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_export(self) -> None:
+        if self.base is None or self.busy:
+            return
+        from dlpt.hotspots import hotspots
+
+        prof, metric, lib = self.base, self.metric, self.include_library
+        out = export_path(prof.path or self.path or "")
+        self._set_busy("exporting hotspots")
+
+        def job() -> str:
+            doc = hotspots(prof, metric=metric, top=20, include_library=lib)
+            write_output(out, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+            return out
+
+        def done(path: str) -> None:
+            self._set_busy("")
+            self.last_export = path
+            self.notify(f"hotspots written to {safe_text(path)}", title="export", timeout=6)
+
+        self._background(job, done)
+
+    def format_value(self, v: int) -> str:
+        return fmt_metric(self.metric, v)
+
+    def row_names(self) -> list[str]:
+        """The names of the visible rows, in order (for tests and scripting)."""
+        o = self.outline
+        return [] if o is None else [o.source.label(int(k)) for k in o.keys]
+
+
+def run_app(path: str, include_library: bool = False, metric: str = "gpu_time") -> int:
+    """Run the TUI on `path`; raise DlptError when the profile cannot be opened."""
+    if not os.path.exists(path):
+        raise DlptError(f"{path}: no such file or directory")
+    app = DlptApp(path, include_library=include_library, metric=metric)
+    rc = app.run()
+    if app.error:
+        raise DlptError(app.error)
+    return int(rc or 0)

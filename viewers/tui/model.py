@@ -1,0 +1,467 @@
+"""What the TUI shows, as pure data over the model: the rows of a view (top-down, bottom-up or
+flat), their metrics, and the visible-row list of an outline with lazy expansion.
+
+Nothing here touches textual, so the logic is tested and benchmarked without a terminal. A
+profile of a million nodes must open in well under a second, so this module never builds the
+full inclusive matrix (`CCT.inclusive`, 14 columns): it keeps one prefix sum per metric column
+that is actually shown and reads inclusive values of the rows it needs from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dlpt.frames import Frame, is_library
+from dlpt.metrics import COL, DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
+from dlpt.profile import Profile
+from dlpt.viewers.format import safe_text, short_kernel_name
+from dlpt.views import FlatView, bottom_up, flat
+
+# The metrics `s` cycles through, in order.
+METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time",
+                "cpu_time", "kernel_count", "copy_count")
+
+# Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
+# out so that narrow terminals keep room for names.
+KIND_COLUMNS = (("kernel", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
+                ("DtoD", "dtod_time"), ("memset", "memset_time"), ("#kern", "kernel_count"),
+                ("#copy", "copy_count"))
+
+ACTIVITY_KIND_LABEL = {KERNEL: "kernel", HTOD: "HtoD", DTOH: "DtoH", DTOD: "DtoD",
+                       MEMCPY_OTHER: "memcpy", MEMSET: "memset"}
+
+
+def frame_label(frame: Frame) -> str:
+    """A frame as a row name: `file:line function` for source, kernel names shortened."""
+    if frame.kind == "kernel":
+        return safe_text(short_kernel_name(frame.name, 200))
+    return safe_text(frame.label())
+
+
+class Source:
+    """One view's rows: keys are CCT nodes (trees) or groups (flat). `primary` is what the bar
+    and the sort use (inclusive in trees, self in flat); `secondary` the other of the two."""
+
+    is_tree = True
+    primary_name = "incl"
+    secondary_name = "self"
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._labels: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def frame(self, key: int) -> Frame:
+        raise NotImplementedError
+
+    def label(self, key: int) -> str:
+        raise NotImplementedError
+
+    def primary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def secondary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def kind_values(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return self.primary(keys, col)
+
+    def total(self, col: int) -> int:
+        return int(self.profile.cct.exclusive[:, col].sum())
+
+    def roots(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def children(self, key: int) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)
+
+    def has_children(self, key: int) -> bool:
+        return False
+
+    def parent(self, key: int) -> int:
+        return -1
+
+    def ancestors(self, key: int) -> list[int]:
+        """Keys from the outermost visible ancestor down to `key`."""
+        return [key]
+
+
+class TreeSource(Source):
+    """Top-down or bottom-up: the rows are the nodes of a CCT, the root itself hidden."""
+
+    def __init__(self, profile: Profile, name: str = "top-down") -> None:
+        super().__init__(profile)
+        self.name = name
+        self.cct = profile.cct
+        self._prefix: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.cct)
+
+    def prefix(self, col: int) -> np.ndarray:
+        """Prefix sums of one exclusive column: inclusive[i] = p[end[i]] - p[i]."""
+        p = self._prefix.get(col)
+        if p is None:
+            p = np.zeros(len(self.cct) + 1, dtype=np.int64)
+            np.cumsum(self.cct.exclusive[:, col], out=p[1:])
+            self._prefix[col] = p
+        return p
+
+    def inclusive(self, keys: np.ndarray, col: int) -> np.ndarray:
+        p = self.prefix(col)
+        return p[self.cct.end[keys]] - p[keys]
+
+    def frame(self, key: int) -> Frame:
+        return self.profile.frames[int(self.cct.frame[key])]
+
+    def label(self, key: int) -> str:
+        f = int(self.cct.frame[key])
+        s = self._labels.get(f)
+        if s is None:
+            s = self._labels[f] = frame_label(self.profile.frames[f])
+        return s
+
+    def primary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return self.inclusive(keys, col)
+
+    def secondary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return self.cct.exclusive[keys, col]
+
+    def total(self, col: int) -> int:
+        return int(self.prefix(col)[-1])
+
+    def roots(self) -> np.ndarray:
+        return self.cct.children(0)
+
+    def children(self, key: int) -> np.ndarray:
+        return self.cct.children(key)
+
+    def has_children(self, key: int) -> bool:
+        return bool(self.cct.end[key] > key + 1)
+
+    def parent(self, key: int) -> int:
+        return int(self.cct.parent[key])
+
+    def ancestors(self, key: int) -> list[int]:
+        return self.cct.path(key)
+
+
+class FlatSource(Source):
+    """The flat view: one row per group (line, function, file, kernel, op), no children."""
+
+    is_tree = False
+    primary_name = "self"
+    secondary_name = "total"
+
+    def __init__(self, profile: Profile, by: str) -> None:
+        super().__init__(profile)
+        self.by = by
+        self.name = f"flat by {by}"
+        self.view: FlatView = flat(profile, by)
+
+    def __len__(self) -> int:
+        return len(self.view.labels)
+
+    def frame(self, key: int) -> Frame:
+        return self.view.frame[key]
+
+    def label(self, key: int) -> str:
+        s = self._labels.get(key)
+        if s is None:
+            fr = self.view.frame[key]
+            if self.by == "kernel" and fr.kind == "kernel":
+                s = safe_text(short_kernel_name(fr.name, 200))
+            else:
+                s = safe_text(self.view.labels[key])
+            self._labels[key] = s
+        return s
+
+    def primary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return self.view.exclusive[keys, col]
+
+    def secondary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return self.view.inclusive[keys, col]
+
+    def total(self, col: int) -> int:
+        return int(self.view.exclusive[:, col].sum())
+
+    def roots(self) -> np.ndarray:
+        # Groups that hold nothing in any metric would only be noise.
+        return np.flatnonzero(self.view.exclusive.any(axis=1) | self.view.inclusive.any(axis=1))
+
+
+def bottom_up_source(profile: Profile) -> TreeSource:
+    return TreeSource(bottom_up(profile), "bottom-up")
+
+
+def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
+    """Frames whose shown label or full name contains `query` (case-insensitive, literal)."""
+    q = query.casefold()
+    return np.fromiter(((q in frame_label(f).casefold()) or (q in f.name.casefold()) for f in frames),
+                       dtype=bool, count=len(frames))
+
+
+def filter_keys(source: Source, query: str) -> np.ndarray:
+    """A mask over the source's keys: rows whose name contains `query`, and their ancestors."""
+    if isinstance(source, TreeSource):
+        cct = source.cct
+        hit = matching_frames(source.profile.frames, query)[cct.frame]
+        hit[0] = False
+        keep = hit.copy()
+        # Climb from every match at once, one level per pass; stop where the path is known.
+        anc = np.unique(cct.parent[np.flatnonzero(hit)])
+        while len(anc):
+            anc = anc[~keep[anc]]
+            keep[anc] = True
+            anc = np.unique(cct.parent[anc])
+            anc = anc[anc >= 0]
+        keep[0] = True
+        return keep
+    q = query.casefold()
+    fs = source  # flat: one level, match the label only
+    return np.fromiter((q in fs.label(k).casefold() or q in fs.frame(k).name.casefold() for k in range(len(fs))),
+                       dtype=bool, count=len(fs))
+
+
+@dataclass
+class Outline:
+    """The visible rows of a view: `keys[r]` and `depth[r]` for each row, parents before their
+    children. Only expanded keys have their children in the list, so a million-node tree costs
+    only what is on screen and what the user opened. `keep` restricts rows to a search filter."""
+
+    source: Source
+    col: int
+    expanded: set[int] = field(default_factory=set)
+    keep: np.ndarray | None = None
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    depth: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        self.rebuild()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def sorted_children(self, key: int | None) -> np.ndarray:
+        """Children of `key` (None: the top level), biggest first under the current metric."""
+        kids = self.source.roots() if key is None else self.source.children(key)
+        if self.keep is not None and len(kids):
+            kids = kids[self.keep[kids]]
+        if len(kids) > 1:
+            vals = self.source.primary(kids, self.col)
+            kids = kids[np.argsort(-vals, kind="stable")]
+        return kids
+
+    def expandable(self, key: int) -> bool:
+        if not self.source.is_tree or not self.source.has_children(key):
+            return False
+        if self.keep is None:
+            return True
+        return bool(len(self.sorted_children(key)))
+
+    def _subtree_rows(self, key: int | None, depth: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Rows beneath `key` that expansion makes visible, in display order."""
+        keys_out: list[np.ndarray] = []
+        depth_out: list[np.ndarray] = []
+        stack: list[tuple[np.ndarray, int, int]] = [(self.sorted_children(key), 0, depth)]
+        while stack:
+            kids, pos, d = stack.pop()
+            # Emit runs of collapsed siblings as one array; descend into expanded ones.
+            j = pos
+            while j < len(kids) and int(kids[j]) not in self.expanded:
+                j += 1
+            if j > pos:
+                keys_out.append(kids[pos:j])
+                depth_out.append(np.full(j - pos, d, dtype=np.int64))
+            if j < len(kids):
+                k = int(kids[j])
+                keys_out.append(kids[j:j + 1])
+                depth_out.append(np.full(1, d, dtype=np.int64))
+                stack.append((kids, j + 1, d))
+                stack.append((self.sorted_children(k), 0, d + 1))
+        return keys_out, depth_out
+
+    def rebuild(self) -> None:
+        ks, ds = self._subtree_rows(None, 0)
+        self.keys = np.concatenate(ks) if ks else np.zeros(0, dtype=np.int64)
+        self.depth = np.concatenate(ds) if ds else np.zeros(0, dtype=np.int64)
+
+    def set_metric(self, col: int) -> None:
+        self.col = col
+        self.rebuild()
+
+    def set_filter(self, keep: np.ndarray | None, expand_limit: int = 2000) -> None:
+        """Apply a filter mask; open the paths to the matches while the list stays short."""
+        self.keep = keep
+        self.expanded = set()
+        self.rebuild()
+        if keep is None or not self.source.is_tree:
+            return
+        r = 0
+        while r < len(self.keys) and len(self.keys) < expand_limit:
+            if self.expandable(int(self.keys[r])):
+                self.expand(r)
+            r += 1
+
+    def is_expanded(self, r: int) -> bool:
+        return int(self.keys[r]) in self.expanded
+
+    def _span_end(self, r: int) -> int:
+        """One past the last row of row r's visible subtree."""
+        d = self.depth[r]
+        after = np.flatnonzero(self.depth[r + 1:] <= d)
+        return r + 1 + int(after[0]) if len(after) else len(self.keys)
+
+    def expand(self, r: int) -> bool:
+        key = int(self.keys[r])
+        if key in self.expanded or not self.expandable(key):
+            return False
+        self.expanded.add(key)
+        ks, ds = self._subtree_rows(key, int(self.depth[r]) + 1)
+        if ks:
+            self.keys = np.concatenate([self.keys[:r + 1], *ks, self.keys[r + 1:]])
+            self.depth = np.concatenate([self.depth[:r + 1], *ds, self.depth[r + 1:]])
+        return True
+
+    def collapse(self, r: int) -> bool:
+        key = int(self.keys[r])
+        if key not in self.expanded:
+            return False
+        self.expanded.discard(key)
+        e = self._span_end(r)
+        self.keys = np.concatenate([self.keys[:r + 1], self.keys[e:]])
+        self.depth = np.concatenate([self.depth[:r + 1], self.depth[e:]])
+        return True
+
+    def toggle(self, r: int) -> bool:
+        return self.collapse(r) if self.is_expanded(r) else self.expand(r)
+
+    def parent_row(self, r: int) -> int:
+        d = self.depth[r]
+        if d == 0:
+            return r
+        before = np.flatnonzero(self.depth[:r] < d)
+        return int(before[-1]) if len(before) else r
+
+    def row_of(self, key: int) -> int:
+        hit = np.flatnonzero(self.keys == key)
+        return int(hit[0]) if len(hit) else -1
+
+    def reveal(self, key: int) -> int:
+        """Expand the ancestors of `key` so that it is visible; its row, or -1."""
+        r = self.row_of(key)
+        if r >= 0:
+            return r
+        for a in self.source.ancestors(key)[:-1]:
+            ra = self.row_of(a)
+            if ra < 0:
+                return -1
+            self.expand(ra)
+        return self.row_of(key)
+
+    def expand_hottest(self, r: int) -> int:
+        """Open the hottest path beneath row r; the row of its deepest node."""
+        if r < 0 or r >= len(self.keys):
+            return r
+        while self.expandable(int(self.keys[r])):
+            self.expand(r)
+            if r + 1 >= len(self.keys) or self.depth[r + 1] <= self.depth[r]:
+                break
+            r += 1  # children are sorted, so the first is the hottest
+        return r
+
+
+# -- the detail pane's data ------------------------------------------------------------------
+
+@dataclass
+class ActivityRow:
+    kind: str
+    name: str
+    count: int
+    time: int
+    bytes: int
+
+
+class ActivityIndex:
+    """GPU activities sorted by node, so those beneath a top-down subtree are one slice."""
+
+    def __init__(self, profile: Profile) -> None:
+        a = profile.activities
+        self.order = np.argsort(a.node, kind="stable")
+        self.node = a.node[self.order]
+        self.profile = profile
+
+    def _summarise(self, sel: np.ndarray, top: int) -> list[ActivityRow]:
+        a = self.profile.activities
+        if len(sel) == 0:
+            return []
+        names = a.name[sel]
+        kinds = a.kind[sel]
+        key = names * 8 + kinds
+        uniq, inv = np.unique(key, return_inverse=True)
+        t = np.bincount(inv, weights=a.duration[sel]).astype(np.int64)
+        c = np.bincount(inv)
+        b = np.bincount(inv, weights=a.bytes[sel]).astype(np.int64)
+        out = []
+        for g in np.argsort(-t, kind="stable")[:top].tolist():
+            k = int(uniq[g])
+            out.append(ActivityRow(ACTIVITY_KIND_LABEL.get(k % 8, "?"), self.profile.frames[k // 8].name,
+                                   int(c[g]), int(t[g]), int(b[g])))
+        return out
+
+    def beneath(self, lo: int, hi: int, top: int = 10) -> list[ActivityRow]:
+        """The activities of nodes lo..hi-1 grouped by (name, kind), costliest first."""
+        a, b = np.searchsorted(self.node, [lo, hi])
+        return self._summarise(self.order[a:b], top)
+
+    def of_nodes(self, mask: np.ndarray, top: int = 10) -> list[ActivityRow]:
+        """The activities whose node is set in `mask` (a boolean over CCT nodes)."""
+        nodes = self.profile.activities.node
+        return self._summarise(np.flatnonzero(mask[nodes]) if len(nodes) else nodes, top)
+
+
+def line_totals(fv: FlatView, file: str) -> dict[int, np.ndarray]:
+    """Per line of `file`: the row of metrics the flat-by-line view gives it (owned time)."""
+    out: dict[int, np.ndarray] = {}
+    for g, fr in enumerate(fv.frame[:-1]):
+        if fr.file == file:
+            out[fr.line] = fv.exclusive[g]
+    return out
+
+
+def library_share(profile: Profile) -> int:
+    """How many frames of the profile are library frames (for the header)."""
+    return sum(1 for f in profile.frames if is_library(f))
+
+
+_WS = re.compile(r"\s+")
+
+
+def program_name(profile: Profile) -> str:
+    """The program or trace the profile is of, one line."""
+    cmd = str(profile.meta.get("command") or "")
+    if cmd:
+        return safe_text(_WS.sub(" ", cmd))
+    return safe_text(profile.path or "(unnamed profile)")
+
+
+def device_names(profile: Profile) -> str:
+    devs = profile.meta.get("devices") or []
+    names = [str(d.get("name", "?")) for d in devs if isinstance(d, dict)]
+    if not names:
+        return "device unknown"
+    uniq = sorted(set(names))
+    return safe_text(", ".join(f"{len([n for n in names if n == u])}× {u}" if names.count(u) > 1 else u
+                               for u in uniq))
+
+
+def kind_totals(profile: Profile) -> dict[str, int]:
+    tot = profile.cct.exclusive.sum(axis=0)
+    return {m: int(tot[COL[m]]) for m in ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time",
+                                          "memcpy_other_time", "memset_time", "cpu_time", "kernel_count",
+                                          "copy_count")}

@@ -1,0 +1,287 @@
+"""The tree table: a line-API widget that renders only the rows on screen from an `Outline`.
+
+textual's Tree widget builds a node object per row and takes seconds at 100k nodes; here a row
+is two integers in numpy arrays and `render_line` formats the few dozen that are visible."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from dlpt.metrics import COL
+from dlpt.viewers.format import bar, fmt_metric
+from dlpt.viewers.tui.model import KIND_COLUMNS, Outline
+
+NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
+VALUE_W = 9
+
+_KIND_STYLE = {
+    "kernel": Style(color="cyan"), "memcpy": Style(color="magenta"), "memset": Style(color="magenta"),
+    "op": Style(), "module": Style(color="blue"), "backward": Style(color="yellow"),
+    "unattributed": Style(color="red"), "thread": Style(italic=True), "rank": Style(bold=True),
+}
+
+
+class TreeTable(ScrollView, can_focus=True):
+    """Rows of a view with lazy expansion. Posts `Highlighted` when the cursor moves."""
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "up", show=False),
+        Binding("down", "cursor(1)", "down", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("pagedown", "page(1)", "page down", show=False),
+        Binding("home", "jump(0)", "top", show=False),
+        Binding("end", "jump(-1)", "bottom", show=False),
+        Binding("enter,space", "toggle", "expand", show=True),
+        Binding("right", "open", "open", show=False),
+        Binding("left", "close", "close", show=False),
+    ]
+
+    COMPONENT_CLASSES = {"tree-table--cursor", "tree-table--header", "tree-table--source", "tree-table--library"}
+
+    DEFAULT_CSS = """
+    TreeTable { height: 1fr; }
+    TreeTable > .tree-table--cursor { background: $block-cursor-background; color: $block-cursor-foreground; text-style: bold; }
+    TreeTable:blur > .tree-table--cursor { background: $block-cursor-blurred-background; text-style: bold; }
+    TreeTable > .tree-table--header { text-style: bold underline; }
+    TreeTable > .tree-table--source { text-style: bold; }
+    TreeTable > .tree-table--library { text-style: dim; }
+    """
+
+    class Highlighted(Message):
+        def __init__(self, table: TreeTable, key: int) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.outline: Outline | None = None
+        self.cursor = 0
+        self.metric = "gpu_time"
+        self.total = 0
+        self.first_paint: float | None = None  # perf_counter of the first frame with rows (benchmarks)
+        self._columns: list[tuple[str, str, int]] = []
+        self._col_width = 0
+
+    # -- data -------------------------------------------------------------------------------
+
+    def show(self, outline: Outline, metric: str, key: int | None = None) -> None:
+        """Show an outline; keep the cursor on `key` when it is visible."""
+        self.outline = outline
+        self.metric = metric
+        self.total = outline.source.total(COL[metric])
+        self._col_width = 0
+        r = outline.row_of(key) if key is not None else -1
+        self.cursor = max(r, 0)
+        self._update_size()
+        self._scroll_to_cursor(center=True)
+        self.refresh()
+        self._post()
+
+    @property
+    def current_key(self) -> int | None:
+        o = self.outline
+        if o is None or not len(o):
+            return None
+        return int(o.keys[min(self.cursor, len(o) - 1)])
+
+    def _update_size(self) -> None:
+        n = len(self.outline) if self.outline is not None else 0
+        self.virtual_size = Size(self.size.width, n + 1)  # +1: the column header line
+
+    def _post(self) -> None:
+        k = self.current_key
+        if k is not None:
+            self.post_message(self.Highlighted(self, k))
+
+    def structure_changed(self) -> None:
+        self._update_size()
+        self._scroll_to_cursor()
+        self.refresh()
+
+    # -- columns ----------------------------------------------------------------------------
+
+    def _layout(self, width: int) -> list[tuple[str, str, int]]:
+        """(header, metric or role, width) of the value columns that fit beside the names."""
+        if self._col_width == width and self._columns:
+            return self._columns
+        src = self.outline.source if self.outline is not None else None
+        cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
+                                            (src.secondary_name if src else "self", "secondary", VALUE_W)]
+        for head, m in KIND_COLUMNS:
+            if src is None or m == self.metric or src.total(COL[m]) == 0:
+                continue
+            cols.append((head, m, 7 if m.endswith("count") else VALUE_W))
+        while len(cols) > 3 and width - sum(w + 1 for _, _, w in cols) < NAME_MIN:
+            cols.pop()
+        self._columns, self._col_width = cols, width
+        return cols
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._col_width = 0
+        self._update_size()
+        self._scroll_to_cursor()
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _indent_unit(self, name_w: int) -> int:
+        # Deep trees in narrow terminals: one cell per level keeps names readable.
+        return 2 if name_w >= 60 else 1
+
+    def _name_width(self) -> int:
+        width = self.scrollable_content_region.width
+        return max(width - sum(w + 1 for _, _, w in self._layout(width)), 8)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        cols = self._layout(width)
+        name_w = max(width - sum(w + 1 for _, _, w in cols), 8)
+        if y == 0:
+            style = self.get_component_rich_style("tree-table--header")
+            text = set_cell_size("name", name_w) + "".join(" " + h.rjust(w) for h, _, w in cols)
+            return Strip([Segment(set_cell_size(text, width), style)], width)
+        o = self.outline
+        r = int(self.scroll_offset.y) + y - 1
+        if o is None or r >= len(o):
+            return Strip.blank(width, self.rich_style)
+        if self.first_paint is None:
+            self.first_paint = time.perf_counter()
+        return Strip(self._row_segments(r, cols, name_w, width), width)
+
+    def _row_segments(self, r: int, cols: list[tuple[str, str, int]], name_w: int, width: int) -> list[Segment]:
+        o = self.outline
+        assert o is not None
+        src = o.source
+        key = int(o.keys[r])
+        k1 = np.array([key])
+        col = COL[self.metric]
+        base = self.rich_style
+        frame = src.frame(key)
+        if r == self.cursor:
+            row_style = base + self.get_component_rich_style("tree-table--cursor")
+        else:
+            row_style = base
+        # Name cell: indentation, expander, the name (never markup: Segments are literal text).
+        depth = int(o.depth[r])
+        indent = " " * (self._indent_unit(name_w) * min(depth, 30)) if src.is_tree else ""
+        if src.is_tree and o.expandable(key):
+            mark = "▾ " if key in o.expanded else "▸ "
+        else:
+            mark = "  " if src.is_tree else ""
+        label = src.label(key)
+        if frame.kind == "python" and frame.has_source and src.is_tree:
+            name_style = self.get_component_rich_style("tree-table--source")
+        elif frame.kind == "python":
+            name_style = self.get_component_rich_style("tree-table--library")
+        else:
+            name_style = _KIND_STYLE.get(frame.kind, Style())
+        head = indent + mark
+        if cell_len(head) > name_w - 8:
+            head = "…" + head[-(name_w - 9):] if name_w > 9 else ""
+        name = set_cell_size(label, name_w - cell_len(head))
+        if cell_len(label) > name_w - cell_len(head) and name_w - cell_len(head) > 1:
+            name = set_cell_size(label, name_w - cell_len(head) - 1) + "…"
+        segs = [Segment(head, row_style), Segment(name, row_style + name_style)]
+        prim = int(src.primary(k1, col)[0])
+        for _, role, w in cols:
+            if role == "%":
+                frac = prim / self.total if self.total > 0 else 0.0
+                cell = f"{100.0 * frac:5.1f}% {bar(frac, 8)}"
+            elif role == "primary":
+                cell = fmt_metric(self.metric, prim) if prim else ""
+            elif role == "secondary":
+                v = int(src.secondary(k1, col)[0])
+                cell = fmt_metric(self.metric, v) if v else ""
+            else:
+                v = int(src.kind_values(k1, COL[role])[0])
+                cell = fmt_metric(role, v) if v else ""
+            segs.append(Segment(" " + set_cell_size(cell, w) if role == "%" else " " + cell[-w:].rjust(w), row_style))
+        used = sum(cell_len(s.text) for s in segs)
+        if used < width:
+            segs.append(Segment(" " * (width - used), row_style))
+        return list(Segment.adjust_line_length(segs, width, row_style))
+
+    # -- cursor and keys --------------------------------------------------------------------
+
+    def _page(self) -> int:
+        return max(self.size.height - 2, 1)
+
+    def _scroll_to_cursor(self, center: bool = False) -> None:
+        h = max(self.size.height - 1, 1)
+        top = int(self.scroll_offset.y)
+        if center and not (top <= self.cursor < top + h):
+            self.scroll_to(y=max(self.cursor - h // 2, 0), animate=False, immediate=True)
+        elif self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + h:
+            self.scroll_to(y=self.cursor - h + 1, animate=False, immediate=True)
+
+    def move_to(self, r: int) -> None:
+        o = self.outline
+        if o is None or not len(o):
+            return
+        r = min(max(r, 0), len(o) - 1)
+        old, self.cursor = self.cursor, r
+        self._scroll_to_cursor()
+        top = int(self.scroll_offset.y)
+        # Repaint only the two rows that changed.
+        for row in (old, r):
+            if 0 <= row - top < self.size.height:
+                self.refresh_line(row + 1)  # virtual line: +1 for the column header
+        if old != r:
+            self._post()
+
+    def action_cursor(self, step: int) -> None:
+        self.move_to(self.cursor + step)
+
+    def action_page(self, step: int) -> None:
+        self.move_to(self.cursor + step * self._page())
+
+    def action_jump(self, where: int) -> None:
+        self.move_to(0 if where == 0 else (len(self.outline) - 1 if self.outline is not None else 0))
+
+    def action_toggle(self) -> None:
+        if self.outline is not None and len(self.outline) and self.outline.toggle(self.cursor):
+            self.structure_changed()
+
+    def action_open(self) -> None:
+        o = self.outline
+        if o is None or not len(o):
+            return
+        if o.expand(self.cursor):
+            self.structure_changed()
+        elif o.is_expanded(self.cursor) and self.cursor + 1 < len(o) and o.depth[self.cursor + 1] > o.depth[self.cursor]:
+            self.move_to(self.cursor + 1)
+
+    def action_close(self) -> None:
+        o = self.outline
+        if o is None or not len(o):
+            return
+        if o.collapse(self.cursor):
+            self.structure_changed()
+        else:
+            self.move_to(o.parent_row(self.cursor))
+
+    def on_click(self, event: events.Click) -> None:
+        o = self.outline
+        if o is None or event.y < 1:
+            return
+        r = int(self.scroll_offset.y) + event.y - 1
+        if r >= len(o):
+            return
+        self.move_to(r)
+        indent = self._indent_unit(self._name_width()) * min(int(o.depth[r]), 30) if o.source.is_tree else 0
+        # A double click, or a click on the ▸/▾ mark, opens or closes the row.
+        if event.chain >= 2 or indent <= event.x + int(self.scroll_offset.x) < indent + 2:
+            self.action_toggle()
