@@ -318,7 +318,7 @@ class Recorder:
                 n, ctx, defsrc, op_row = pop()
                 tag = n.tag
                 if tag == T_OP:
-                    name = n.name
+                    name = _name(n)
                     ef = n.extra_fields
                     if defsrc is not None:
                         cs = defsrc.callsite
@@ -352,7 +352,7 @@ class Recorder:
                         f = self._py(c.file_name, c.line_number, c.function_name)
                         if f >= 0:
                             ctx = child(ctx, f)
-                    name = n.name
+                    name = _name(n)
                     if name.startswith("nn.Module: "):
                         f = op_frames.get(name)
                         if f is None:
@@ -378,9 +378,9 @@ class Recorder:
 
         for r in roots:
             tid = r.start_tid
-            if r.tag == T_OP and r.name.startswith(THREAD_MARK):
+            if r.tag == T_OP and _name(r).startswith(THREAD_MARK):
                 try:
-                    key = int(r.name[len(THREAD_MARK):])
+                    key = int(_name(r)[len(THREAD_MARK):])
                 except ValueError:
                     key = -1
                 if key in self._threads:
@@ -499,6 +499,14 @@ class Recorder:
             except OSError:
                 continue
         return out
+
+
+def _name(n: Any) -> str:
+    try:
+        return n.name
+    except UnicodeDecodeError:
+        # Seen in torch 2.13: a node whose name is not valid UTF-8. Its work still counts.
+        return "<undecodable name>"
 
 
 def _def_line(path: str, line: int) -> int:

@@ -19,4 +19,8 @@ def load(path: str) -> Profile:
     return open_profile(path)
 
 
-__all__ = ["DlptError", "Profile", "__version__", "load"]
+# Bound last: `dlpt.profile` is also the name of the submodule that holds `Profile`, and importing
+# that submodule sets the package attribute; the recording API must win.
+from dlpt.api import profile, step  # noqa: E402
+
+__all__ = ["DlptError", "Profile", "__version__", "load", "profile", "step"]
