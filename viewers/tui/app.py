@@ -341,6 +341,7 @@ class DlptApp(App[int]):
 
             self.run_worker(lambda: self._lines_job(job, done), thread=True, group="lines", exclusive=True)
         body.update(render_detail(d))
+        self.query_one("#detail", VerticalScroll).scroll_home(animate=False)
 
     def _lines_job(self, job: Callable[[], FlatView], done: Callable[[FlatView], None]) -> None:
         fv = job()

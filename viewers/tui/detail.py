@@ -16,7 +16,7 @@ from dlpt.metrics import COL
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text
 from dlpt.viewers.tui.model import ActivityRow
 
-CONTEXT = 4  # source lines shown above and below the selected one
+BEFORE, AFTER = 2, 3  # source lines shown around the selected one: the pane is short at 80x24
 HOT = 0.05  # lines holding this share of the metric or more are highlighted
 
 
@@ -46,11 +46,9 @@ def render_detail(d: Detail) -> RenderableType:
     parts: list[RenderableType] = []
     fr = d.frame
     title = Text()
-    title.append(safe_text(fr.name) or "(root)", style="bold")
+    title.append(safe_text(fr.label() if fr.has_source else fr.name) or "(root)", style="bold")
     title.append(f"  [{fr.kind}]", style="dim")
     parts.append(title)
-    if fr.file:
-        parts.append(Text(safe_text(f"{fr.file}:{fr.line} in {fr.function}"), style="dim"))
     m = d.metric
     head = Text()
     head.append(f"{d.metric}: ")
@@ -64,7 +62,6 @@ def render_detail(d: Detail) -> RenderableType:
         parts.append(Text(d.note, style="italic"))
 
     if fr.has_source:
-        parts.append(Text(""))
         parts.append(_source(d))
 
     if d.path:
@@ -84,11 +81,11 @@ def _source(d: Detail) -> RenderableType:
     if d.source is None:
         return Text(f"(source of {safe_text(fr.file)} is not in the profile)", style="dim")
     lines = d.source.splitlines()
-    lo, hi = max(fr.line - CONTEXT, 1), min(fr.line + CONTEXT, len(lines))
+    lo, hi = max(fr.line - BEFORE, 1), min(fr.line + AFTER, len(lines))
     col = COL[d.metric]
     total = d.total
     out = Text()
-    out.append(f"{safe_text(fr.file)}\n", style="bold underline")
+    out.append(f"{safe_text(fr.file)}  (share of {d.metric} per line)\n", style="underline")
     if lo > hi:
         out.append(f"(line {fr.line} is past the end of the file)", style="dim")
         return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlpt.frames import Frame, is_library
+from dlpt.frames import Frame
 from dlpt.metrics import COL, DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
@@ -434,11 +434,6 @@ def line_totals(fv: FlatView, file: str) -> dict[int, np.ndarray]:
     return out
 
 
-def library_share(profile: Profile) -> int:
-    """How many frames of the profile are library frames (for the header)."""
-    return sum(1 for f in profile.frames if is_library(f))
-
-
 _WS = re.compile(r"\s+")
 
 
@@ -447,7 +442,9 @@ def program_name(profile: Profile) -> str:
     cmd = str(profile.meta.get("command") or "")
     if cmd:
         return safe_text(_WS.sub(" ", cmd))
-    return safe_text(profile.path or "(unnamed profile)")
+    # The file's name is what identifies a trace; its directory only widens the header.
+    path = (profile.path or "").rstrip("/\\")
+    return safe_text(path.replace("\\", "/").rsplit("/", 1)[-1] or "(unnamed profile)")
 
 
 def device_names(profile: Profile) -> str:
