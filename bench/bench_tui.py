@@ -6,7 +6,12 @@ profile with 1M calling-context nodes and on the gpt_train fixture. Prints a tab
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
+import statistics
+import sys
+import time
 
 import numpy as np
 
@@ -82,3 +87,117 @@ def synthetic_profile(n: int, seed: int = 0, maxdepth: int = 14) -> Profile:
     src = {"model.py": "".join(f"    x = self.layer{i}(x)  # line {i}\n" for i in range(1, 220)),
            "train.py": "".join(f"    loss = step({i})\n" for i in range(1, 80))}
     return Profile(ft.frames, CCT(np.asarray(parent), frame, exc), acts, meta, src, path="synthetic-1M.dlpt")
+
+
+async def _settle(app, pilot) -> None:
+    while True:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not app.busy and not any(w.is_running for w in app.workers):
+            return
+
+
+async def _first_screen(make, include_library: bool) -> float:
+    from dlpt.viewers.tui import DlptApp
+
+    prof = make()  # a fresh profile: nothing cached on its tree
+    t0 = time.perf_counter()
+    app = DlptApp(profile=prof, include_library=include_library)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.table.first_paint is None:
+            await pilot.pause(0.002)
+        return app.table.first_paint - t0
+
+
+async def _keys(make, repeat: int) -> dict[str, list[float]]:
+    """Median latency of each key: `pilot.press` + `pilot.pause()` (the key handled and the
+    screen updated); for keys that start background work, also the time until it is done."""
+    from dlpt.viewers.tui import DlptApp
+
+    app = DlptApp(profile=make())
+    out: dict[str, list[float]] = {}
+
+    async def timed(name: str, *keys: str, settle: bool = False) -> None:
+        t = time.perf_counter()
+        await pilot.press(*keys)
+        await pilot.pause()
+        out.setdefault(name, []).append(time.perf_counter() - t)
+        if settle:
+            await _settle(app, pilot)
+            out.setdefault(name + " (until done)", []).append(time.perf_counter() - t)
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(app, pilot)
+        await pilot.press("e")  # open the hottest path so that rows have depth
+        await pilot.press("home")
+        for _ in range(repeat):
+            await timed("(harness floor: an unbound key)", "z")
+        for _ in range(repeat):
+            await timed("down", "down")
+        for _ in range(repeat):
+            await timed("enter (expand or collapse)", "enter")
+        for _ in range(max(repeat // 3, 2)):
+            await timed("e (expand hottest path)", "home", "e")
+        for _ in range(repeat):
+            await timed("s (cycle metric)", "s")
+        while app.metric != "gpu_time":
+            await pilot.press("s")
+        await timed("2 (bottom-up, first time)", "2", settle=True)
+        await timed("3 (flat, first time)", "3", settle=True)
+        for _ in range(repeat):
+            await timed("1/2/3 (switch view, built)", "1" if _ % 2 else "2", settle=True)
+        await pilot.press("1")
+        await _settle(app, pilot)
+        await timed("l (library frames, first time)", "l", settle=True)
+        await timed("/ search 'mm'", "slash", "m", "m", "enter", settle=True)
+        await pilot.press("escape", "l")
+        await _settle(app, pilot)
+        # The app's own work per key, without the harness's idle detection: the handler, then
+        # every visible line rendered as a repaint would.
+        table = app.table
+
+        def direct(name: str, action) -> None:
+            for _ in range(repeat):
+                t = time.perf_counter()
+                action()
+                for y in range(table.size.height):
+                    table.render_line(y)
+                out.setdefault(f"{name} [handler + repaint]", []).append(time.perf_counter() - t)
+
+        direct("down", lambda: table.action_cursor(1))
+        direct("enter", table.action_toggle)
+        direct("s", app.action_metric)
+        direct("e", lambda: (table.move_to(0), app.action_hottest()))
+        direct("1/3 (built)", lambda: app.action_view("flat" if app.view == "top-down" else "top-down"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=3, help="first-screen runs per case")
+    args = ap.parse_args()
+    from dlpt.loader import open_profile
+
+    cases = [(f"synthetic {args.nodes:,} nodes", lambda: synthetic_profile(args.nodes))]
+    if os.path.exists(FIXTURE):
+        cases.append(("gpt_train fixture", lambda: open_profile(FIXTURE)))
+    rows = []
+    for name, make in cases:
+        p = make()
+        print(f"# {name}: {len(p.cct):,} nodes, {len(p.activities):,} activities", file=sys.stderr)
+        for lib in (True, False):
+            ts = [asyncio.run(_first_screen(make, lib)) for _ in range(args.runs)]
+            what = "first screen, library frames " + ("shown" if lib else "hidden (default)")
+            rows.append((name, what, statistics.median(ts), len(ts)))
+        for k, ts in asyncio.run(_keys(make, args.repeat)).items():
+            rows.append((name, k, statistics.median(ts), len(ts)))
+    print("| profile | measure | median | n |\n| --- | --- | --- | --- |")
+    for name, what, t, n in rows:
+        print(f"| {name} | {what} | {t * 1000:.0f} ms | {n} |" if t >= 0.01 else f"| {name} | {what} | {t * 1000:.1f} ms | {n} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
