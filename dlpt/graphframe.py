@@ -9,6 +9,9 @@ convention (`gpu_time (inc)`)."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +27,20 @@ if TYPE_CHECKING:
 
 EXC_METRICS = list(METRICS)
 INC_METRICS = [f"{m} (inc)" for m in METRICS]
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small objects: its full passes
+    rescan everything allocated so far and made construction superlinear (2.1 s instead of
+    0.2 s for 85k nodes). Nothing built here is garbage, so pausing it loses nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def frame_attrs(frame: Frame) -> dict[str, Any]:
@@ -61,13 +78,14 @@ def to_graphframe(profile: Profile, include_library: bool = False,
     depth = cct.depth.tolist()
     nodes: list[Node] = []
     append = nodes.append
-    for i in range(n):
-        p = parent[i]
-        # Each node gets its own Frame (hatchet's transformations may edit frames in place).
-        node = Node(HFrame(dict(attrs[frame[i]])), nodes[p] if p >= 0 else None, hnid=i, depth=depth[i])
-        if p >= 0:
-            nodes[p].children.append(node)
-        append(node)
+    with _no_gc():
+        for i in range(n):
+            p = parent[i]
+            # Each node gets its own Frame (hatchet's transformations may edit frames in place).
+            node = Node(HFrame(dict(attrs[frame[i]])), nodes[p] if p >= 0 else None, hnid=i, depth=depth[i])
+            if p >= 0:
+                nodes[p].children.append(node)
+            append(node)
     graph = Graph([nodes[0]])
 
     fr = np.asarray(cct.frame)
@@ -99,12 +117,13 @@ def to_literal(profile: Profile, include_library: bool = False) -> list[dict[str
     parent = cct.parent.tolist()
     frame = cct.frame.tolist()
     out: list[dict[str, Any]] = []
-    for i in range(len(cct)):
-        metrics = dict(zip(EXC_METRICS, exc[i]))
-        metrics.update(zip(INC_METRICS, inc[i]))
-        d: dict[str, Any] = {"frame": dict(attrs[frame[i]]), "metrics": metrics}
-        out.append(d)
-        p = parent[i]
-        if p >= 0:
-            out[p].setdefault("children", []).append(d)
+    with _no_gc():
+        for i in range(len(cct)):
+            metrics = dict(zip(EXC_METRICS, exc[i]))
+            metrics.update(zip(INC_METRICS, inc[i]))
+            d: dict[str, Any] = {"frame": dict(attrs[frame[i]]), "metrics": metrics}
+            out.append(d)
+            p = parent[i]
+            if p >= 0:
+                out[p].setdefault("children", []).append(d)
     return [out[0]]
