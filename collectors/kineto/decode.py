@@ -18,29 +18,28 @@ import msgspec
 from dlpt.errors import DlptError
 
 
-class Args(msgspec.Struct):
-    correlation: Any = None
-    external_id: Any = msgspec.field(name="External id", default=None)
-    legacy_external_id: Any = msgspec.field(name="external id", default=None)
-    python_id: Any = msgspec.field(name="Python id", default=None)
-    python_parent_id: Any = msgspec.field(name="Python parent id", default=None)
-    seq: Any = msgspec.field(name="Sequence number", default=None)
-    bytes: Any = None
-    device: Any = None
-    stream: Any = None
-    name: Any = None
+# The strict types below are what torch.profiler writes; decoding into them is one C pass with
+# no per-event Python work. `gc=False`: these structs cannot form reference cycles, and half a
+# million GC-tracked objects made every collection while linking walk them all (about a second
+# on a 500k-event trace).
+class Args(msgspec.Struct, gc=False):
+    correlation: int = -1
+    seq: int = msgspec.field(name="Sequence number", default=-1)
+    bytes: int = 0
+    device: int = -1
+    stream: int = -1
+    name: str | None = None
 
 
-class Event(msgspec.Struct):
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = 0
-    tid: Any = 0
-    ts: Any = None
-    dur: Any = 0
-    id: Any = None
-    bp: Any = None
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: int | float | None = None
+    dur: int | float = 0
+    id: int | str | None = None
     args: Args | None = None
 
 
@@ -51,6 +50,10 @@ class DistributedInfo(msgspec.Struct):
 
 
 class Trace(msgspec.Struct):
+    """A decoded trace. `traceEvents` always holds strict `Event`s: after a lenient decode, a
+    damaged span or GPU event stays in the list as one with `ts=None` (see `_clean`), so that
+    the linker counts it where it counts its own skips."""
+
     traceEvents: list[Event]
     baseTimeNanoseconds: Any = None
     distributedInfo: DistributedInfo | None = None
@@ -62,7 +65,125 @@ class Trace(msgspec.Struct):
     schemaVersion: Any = None
 
 
+# Lenient shapes, for traces that the strict types reject (a string where a number belongs, a
+# null duration, args that are not an object): every field is decoded as whatever it is, and
+# `_clean` turns each event into a strict one, or marks it damaged, by the linker's rules.
+class _LenientArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    seq: Any = msgspec.field(name="Sequence number", default=None)
+    bytes: Any = None
+    device: Any = None
+    stream: Any = None
+    name: Any = None
+
+
+class _LenientEvent(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = None
+    dur: Any = 0
+    id: Any = None
+    # Raw: args of any shape survive decoding; only those of the events that need them are
+    # decoded, one by one.
+    args: msgspec.Raw = None  # None: the event has no args
+
+
+class _LenientTrace(msgspec.Struct):
+    traceEvents: list[_LenientEvent]
+    baseTimeNanoseconds: Any = None
+    distributedInfo: DistributedInfo | None = None
+    deviceProperties: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    traceName: Any = None
+    schemaVersion: Any = None
+
+
 _decoder = msgspec.json.Decoder(Trace)
+_lenient_decoder = msgspec.json.Decoder(_LenientTrace)
+_args_decoder = msgspec.json.Decoder(_LenientArgs)
+
+# Categories whose events the linker reads (kept in step with link.HOST_CATS and GPU_CATS).
+_SPAN_CATS = frozenset({"python_function", "user_annotation", "cpu_op", "Operator", "cuda_runtime",
+                        "cuda_driver", "Runtime"})
+_GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+_DAMAGED = Event(ph="X", cat="cpu_op", ts=None)
+
+
+def _int(x: object, default: int = -1) -> int:
+    return x if isinstance(x, int) and not isinstance(x, bool) else default
+
+
+def _number(x: object) -> bool:
+    """A finite int or float (not bool): what a timestamp or duration may be."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return not (isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))))
+
+
+def _hashable(x: object) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _args(raw: msgspec.Raw | None) -> _LenientArgs | None:
+    if raw is None:
+        return None
+    try:
+        a = _args_decoder.decode(raw)
+    except msgspec.ValidationError:  # args that are not an object: as if there were none
+        return None
+    return a
+
+
+def _clean(e: _LenientEvent) -> Event | None:
+    """The strict event the linker would make of `e`, `_DAMAGED` (an event it counts as skipped),
+    or None for one it ignores. Follows link.py's rules for each kind of event."""
+    ph, cat = e.ph, e.cat
+    if not isinstance(ph, str) or not isinstance(cat, str):
+        return None
+    if ph == "X" and (cat in _SPAN_CATS or cat in _GPU_CATS):
+        if not _number(e.ts) or not (e.dur is None or _number(e.dur)) or not isinstance(e.name, str):
+            return _DAMAGED
+        span = cat in _SPAN_CATS
+        if span and not (_hashable(e.pid) and _hashable(e.tid)):
+            return _DAMAGED
+        a = _args(e.args)
+        args = None
+        if a is not None:
+            args = Args(correlation=_int(a.correlation), seq=_int(a.seq), bytes=_int(a.bytes, 0),
+                        device=_int(a.device), stream=_int(a.stream))
+        # GPU events read pid/tid only as device/stream numbers; spans use them as a thread key.
+        pid, tid = (e.pid, e.tid) if span else (_int(e.pid), _int(e.tid))
+        return Event(ph=ph, cat=cat, name=e.name, pid=pid, tid=tid, ts=e.ts,
+                     dur=0 if e.dur is None else e.dur, args=args)
+    if (ph == "s" or ph == "f") and cat == "fwdbwd":
+        if not _number(e.ts) or not (_hashable(e.pid) and _hashable(e.tid)):
+            return None
+        fid = e.id if not isinstance(e.id, (list, dict)) else None
+        return Event(ph=ph, cat=cat, pid=e.pid, tid=e.tid, ts=e.ts, id=fid)
+    if ph == "M" and e.name == "thread_name":
+        a = _args(e.args)
+        if a is None or not isinstance(a.name, str) or not (_hashable(e.pid) and _hashable(e.tid)):
+            return None
+        return Event(ph=ph, name="thread_name", pid=e.pid, tid=e.tid, args=Args(name=a.name))
+    return None
+
+
+def _decode_lenient(data: bytes) -> Trace:
+    t = _lenient_decoder.decode(data)
+    events = [c for c in map(_clean, t.traceEvents) if c is not None]
+    return Trace(traceEvents=events, baseTimeNanoseconds=t.baseTimeNanoseconds,
+                 distributedInfo=t.distributedInfo, deviceProperties=t.deviceProperties,
+                 cuda_runtime_version=t.cuda_runtime_version, cuda_driver_version=t.cuda_driver_version,
+                 cupti_version=t.cupti_version, traceName=t.traceName, schemaVersion=t.schemaVersion)
 
 
 def read_bytes(path: str) -> bytes:
@@ -101,7 +222,12 @@ def read_bytes(path: str) -> bytes:
 def decode(path: str) -> Trace:
     data = read_bytes(path)
     try:
-        trace = _decoder.decode(data)
+        try:
+            trace = _decoder.decode(data)
+        except msgspec.ValidationError:
+            # One odd value anywhere fails the strict decode of the whole file: read it again,
+            # field by field, keeping what the linker can use.
+            trace = _decode_lenient(data)
     except msgspec.ValidationError as e:
         raise DlptError(f"{path}: not a Kineto trace ({e}); expected a JSON object with "
                         "'traceEvents' as written by torch.profiler") from None

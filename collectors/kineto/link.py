@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -76,89 +77,152 @@ class LinkResult:
     skipped: int = 0
 
 
+# Event classes of the first pass: ph codes and category codes, looked up a column at a time.
+_PH_X, _PH_S, _PH_F, _PH_M = 1, 2, 3, 4
+_PH_CODE = {"X": _PH_X, "s": _PH_S, "f": _PH_F, "M": _PH_M}
+_GPU0 = 8  # category codes: host span kinds + 1, GPU kinds + _GPU0, fwdbwd
+_FWDBWD = 20
+_CAT_CODE = {**{c: k + 1 for c, k in HOST_CATS.items()}, **{c: k + _GPU0 for c, k in GPU_CATS.items()},
+             "fwdbwd": _FWDBWD}
+# Nanoseconds beyond this are damage (a year is 3e16 ns): skipping them keeps every sum and
+# `start + duration` inside int64.
+_NS_LIMIT = 1 << 62
+
+
+def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """(nanoseconds, valid) of microsecond values, as `_ns` gives them one at a time, plus the
+    int64 range check. A column of floats (what Kineto writes) goes through numpy: `rint` rounds
+    half to even as `round` does, and float products are the same IEEE operation in both."""
+    kinds = set(map(type, values))
+    n = len(values)
+    if kinds <= {float, int}:
+        x = np.asarray(values, dtype=np.float64) * 1000.0
+        # Ints (an event with no `dur` has 0) are exact in float64 while the product stays
+        # under 2**53; past that only Python's integers give the same answer.
+        if int not in kinds or not len(x) or np.abs(x).max() < 2.0**53:
+            ok = np.abs(x) < _NS_LIMIT  # false for nan and inf too
+            return np.where(ok, np.rint(x), 0).astype(np.int64), ok
+    ns = [_ns(v) for v in values]  # ints keep exact integer arithmetic; None and damage fail
+    ok = np.fromiter((v is not None and -_NS_LIMIT < v < _NS_LIMIT for v in ns), dtype=bool, count=n)
+    return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
+
+
+def _sort_events(events: list) -> tuple:
+    """The first pass: host spans, GPU events, fwdbwd flows and thread names, in event order.
+
+    Columns are pulled out of the decoded structs with one comprehension each and classified
+    with numpy, rather than with a Python loop doing a dozen checks per event: the events are
+    already typed (decode.py), and damaged ones arrive with `ts=None`, so what remains to check
+    is the values (range, negative durations), not the types."""
+    n_ev = len(events)
+    ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+    cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+    is_x = ph == _PH_X
+    # --- spans and GPU events: validate times together ---
+    cand = np.flatnonzero(is_x & (cat > 0) & (cat < _FWDBWD))
+    sub = [events[i] for i in cand.tolist()]
+    s, ok_s = _ns_column([e.ts for e in sub])
+    d, ok_d = _ns_column([e.dur for e in sub])
+    ok = ok_s & ok_d & (d >= 0)
+    skipped = len(sub) - int(ok.sum())
+    ccat = cat[cand]
+    span = ok & (ccat <= LAUNCH + 1)
+    h_idx = np.flatnonzero(span)
+    hsub = [sub[i] for i in h_idx.tolist()]
+    h_kind_a = ccat[h_idx].astype(np.int64) - 1
+    h_kind = h_kind_a.tolist()
+    h_name = [e.name for e in hsub]
+    h_start_a = s[h_idx]
+    h_start = h_start_a.tolist()
+    h_end = (h_start_a + d[h_idx]).tolist()
+    # --- flows: few, and their thread ids interleave with the spans' in event order ---
+    flow_ev = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD)).tolist()
+    flows = []
+    for i in flow_ev:
+        e = events[i]
+        fs = _ns(e.ts)
+        if fs is not None:
+            flows.append((i, e, fs))
+    # Thread ids number (pid, tid) keys by first appearance over spans and flows together.
+    h_keys = [(e.pid, e.tid) for e in hsub]
+    if flows:
+        pos = np.concatenate([cand[h_idx], np.asarray([f[0] for f in flows], dtype=np.int64)])
+        keys_all = h_keys + [(f[1].pid, f[1].tid) for f in flows]
+        first = [keys_all[j] for j in np.argsort(pos, kind="stable").tolist()]
+    else:
+        first = h_keys
+    thread_ids = {k: t for t, k in enumerate(dict.fromkeys(first))}
+    h_thread = list(map(thread_ids.__getitem__, h_keys))
+    flow_s: dict[object, tuple[int, int]] = {}
+    flow_f: dict[object, tuple[int, int]] = {}
+    for _, e, fs in flows:
+        (flow_s if e.ph == "s" else flow_f)[e.id] = (thread_ids[(e.pid, e.tid)], fs)
+    # --- args: sequence numbers of ops, correlations of launches ---
+    h_seq = [-1] * len(hsub)
+    for j in np.flatnonzero(h_kind_a == OP).tolist():
+        a = hsub[j].args
+        if a is not None:
+            h_seq[j] = a.seq
+    launch_of_corr: dict[int, int] = {}
+    for j in np.flatnonzero(h_kind_a == LAUNCH).tolist():
+        a = hsub[j].args
+        if a is not None and a.correlation >= 0:
+            launch_of_corr.setdefault(a.correlation, j)
+    # --- GPU events ---
+    gpu: list[tuple] = []
+    g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
+    for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
+        e = sub[j]
+        a = e.args
+        if a is not None:
+            corr, dev, stream, nb = a.correlation, a.device, a.stream, a.bytes
+        else:
+            corr, dev, stream, nb = -1, -1, -1, 0
+        if dev < 0:
+            dev = _int(e.pid)
+        if stream < 0:
+            stream = _int(e.tid)
+        if gk == MEMCPY_OTHER:
+            gk = copy_kind(e.name)
+        gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
+    # --- thread names ---
+    thread_names: dict[tuple, str] = {}
+    for i in np.flatnonzero(ph == _PH_M).tolist():
+        e = events[i]
+        if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+            thread_names[(e.pid, e.tid)] = e.args.name.strip()
+    return (h_kind, h_name, h_thread, h_start, h_end, h_seq, launch_of_corr, gpu, flow_s, flow_f,
+            thread_ids, thread_names, skipped)
+
+
+
+def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
+                  keys: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """For each (thread, start) in `keys`, the first op in `ops_sorted` (spans sorted by thread,
+    then start) that has it. Only the keys that flows ask for are looked up, all at once: a dict of
+    every op's key would cost a Python step per op."""
+    if not keys or not len(ops_sorted):
+        return {}
+    kt = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+    ks = np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys))
+    ot, os_ = thread[ops_sorted], start[ops_sorted]
+    # One sortable int64 per (thread, start): the thread above the rank of the start.
+    _, rank = np.unique(np.concatenate([os_, ks]), return_inverse=True)
+    shift = np.int64(int(rank.max()) + 1)
+    okey = ot * shift + rank[: len(os_)]
+    qkey = kt * shift + rank[len(os_):]
+    pos = np.searchsorted(okey, qkey, side="left")
+    hit = pos < len(okey)
+    hit[hit] = okey[pos[hit]] == qkey[hit]
+    return dict(zip([keys[j] for j in np.flatnonzero(hit).tolist()], ops_sorted[pos[hit]].tolist()))
+
+
 def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int,
                out: LinkResult) -> None:
     """Place every GPU activity of `trace` into `builder` beneath node `base`."""
     base_ns = _int(trace.baseTimeNanoseconds, 0)
-    # --- one pass over the events, sorting them into host spans, GPU events and flows ---
-    h_kind: list[int] = []
-    h_name: list[str] = []
-    h_thread: list[int] = []
-    h_start: list[int] = []
-    h_end: list[int] = []
-    h_seq: list[int] = []
-    launch_of_corr: dict[int, int] = {}
-    gpu: list[tuple] = []
-    flow_s: dict[object, tuple[int, int]] = {}
-    flow_f: dict[object, tuple[int, int]] = {}
-    thread_ids: dict[tuple, int] = {}
-    thread_names: dict[tuple, str] = {}
-    skipped = 0
-    for e in trace.traceEvents:
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            hk = HOST_CATS.get(cat)
-            if hk is not None:
-                s = _ns(e.ts)
-                d = _ns(e.dur) if e.dur is not None else 0
-                if s is None or d is None or d < 0 or not isinstance(e.name, str):
-                    skipped += 1
-                    continue
-                key = (e.pid, e.tid)
-                try:
-                    t = thread_ids.get(key)
-                    if t is None:
-                        t = thread_ids[key] = len(thread_ids)
-                except TypeError:  # unhashable pid/tid
-                    skipped += 1
-                    continue
-                i = len(h_kind)
-                h_kind.append(hk)
-                h_name.append(e.name)
-                h_thread.append(t)
-                h_start.append(s)
-                h_end.append(s + d)
-                a = e.args
-                h_seq.append(_int(a.seq) if a is not None and hk == OP else -1)
-                if hk == LAUNCH and a is not None:
-                    c = _int(a.correlation)
-                    if c >= 0:
-                        launch_of_corr.setdefault(c, i)
-                continue
-            gk = GPU_CATS.get(cat)
-            if gk is not None:
-                s = _ns(e.ts)
-                d = _ns(e.dur) if e.dur is not None else 0
-                if s is None or d is None or d < 0 or not isinstance(e.name, str):
-                    skipped += 1
-                    continue
-                a = e.args
-                if a is not None:
-                    corr, dev, stream, nb = _int(a.correlation), _int(a.device), _int(a.stream), _int(a.bytes, 0)
-                else:
-                    corr, dev, stream, nb = -1, -1, -1, 0
-                if dev < 0:
-                    dev = _int(e.pid)
-                if stream < 0:
-                    stream = _int(e.tid)
-                if gk == MEMCPY_OTHER:
-                    gk = copy_kind(e.name)
-                gpu.append((gk, e.name, s, d, corr, dev, stream, max(nb, 0)))
-            continue
-        if (ph == "s" or ph == "f") and e.cat == "fwdbwd":
-            s = _ns(e.ts)
-            try:
-                t = thread_ids.get((e.pid, e.tid))
-            except TypeError:  # unhashable pid/tid: a flow with no thread links nothing
-                continue
-            if s is None:
-                continue
-            if t is None:
-                t = thread_ids[(e.pid, e.tid)] = len(thread_ids)
-            (flow_s if ph == "s" else flow_f)[e.id if not isinstance(e.id, (list, dict)) else None] = (t, s)
-        elif ph == "M" and e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
-            thread_names[(e.pid, e.tid)] = e.args.name.strip()
+    (h_kind, h_name, h_thread, h_start, h_end, h_seq, launch_of_corr, gpu, flow_s, flow_f,
+     thread_ids, thread_names, skipped) = _sort_events(trace.traceEvents)
     out.skipped += skipped
 
     n = len(h_kind)
@@ -171,7 +235,6 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
     # --- nesting by time on each thread ---
     parent = [-1] * n
     end_l = end.tolist()
-    child_time = [0] * n  # time of direct child ops, for op self time
     cur_t = -1
     stack: list[int] = []
     for i, t, s in zip(order.tolist(), thread[order].tolist(), start[order].tolist()):
@@ -186,35 +249,41 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
             if end_l[i] > end_l[p]:  # float rounding let the child overrun its parent
                 end_l[i] = end_l[p]
         stack.append(i)
-    for i in range(n):
-        p = parent[i]
-        if p >= 0 and h_kind[i] == OP:
-            # Self time of an op: its duration less that of the ops directly inside it.
-            q = p
-            while q >= 0 and h_kind[q] != OP and h_kind[q] != ANNOT:
-                q = parent[q]
-            if q >= 0 and h_kind[q] == OP:
-                child_time[q] += end_l[i] - h_start[i]
+    par = np.asarray(parent, dtype=np.int64)
+    end = np.asarray(end_l, dtype=np.int64)
+    ops = np.flatnonzero(kind == OP)
+    # Self time of an op: its duration less that of the ops directly inside it, found by
+    # climbing from each op through Python frames and launches to the nearest op or annotation
+    # (all ops at once, one level per step).
+    child_time = np.zeros(n, dtype=np.int64)
+    inner = ops[par[ops] >= 0]
+    q = par[inner]
+    climb = np.flatnonzero((kind[q] != OP) & (kind[q] != ANNOT))
+    while len(climb):
+        q[climb] = par[q[climb]]
+        climb = climb[q[climb] >= 0]
+        climb = climb[(kind[q[climb]] != OP) & (kind[q[climb]] != ANNOT)]
+    has_op = q >= 0
+    has_op[has_op] = kind[q[has_op]] == OP
+    np.add.at(child_time, q[has_op], (end - start)[inner[has_op]])
 
     # --- threads without Python frames: where their work hangs ---
     py_threads = set(thread[kind == PY].tolist()) if n else set()
-    first_start: dict[int, int] = {}
-    for i in order.tolist():
-        first_start.setdefault(h_thread[i], h_start[i])
-    run_backward = sorted((h_start[i], end_l[i], i) for i in range(n)
-                          if h_kind[i] == PY and "run_backward" in h_name[i])
+    t_sorted = thread[order]
+    firsts = np.flatnonzero(np.r_[True, t_sorted[1:] != t_sorted[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    # Spans are sorted by thread, then start: the first of each thread starts it.
+    first_start = dict(zip(t_sorted[firsts].tolist(), start[order[firsts]].tolist()))
+    py_spans = np.flatnonzero(kind == PY).tolist()
+    run_backward = sorted((h_start[i], end_l[i], i) for i in py_spans if "run_backward" in h_name[i])
     rb_starts = [r[0] for r in run_backward]
-    thread_starts = sorted((h_start[i], i) for i in range(n)
-                           if h_kind[i] == PY and h_name[i].startswith("threading.py(")
-                           and h_name[i].endswith("): start"))
+    thread_starts = sorted((h_start[i], i) for i in py_spans
+                           if h_name[i].startswith("threading.py(") and h_name[i].endswith("): start"))
     ts_starts = [x[0] for x in thread_starts]
     thread_key_of = {v: k for k, v in thread_ids.items()}
 
     # --- backward links: backward node op → forward op ---
-    op_at: dict[tuple[int, int], int] = {}
-    for i in order.tolist():
-        if h_kind[i] == OP:
-            op_at.setdefault((h_thread[i], h_start[i]), i)
+    op_at = _first_ops_at(order[kind[order] == OP], thread, start,
+                          list({*flow_s.values(), *flow_f.values()}))
     fwd_of: dict[int, int] = {}
 
     def backward_root(i: int) -> int:
@@ -234,13 +303,18 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
         f = op_at.get(src)
         if b is not None and f is not None:
             fwd_of.setdefault(backward_root(b), f)
-    seq_fwd: dict[int, int] = {}
-    for i in order.tolist():
-        if h_kind[i] == OP and h_seq[i] >= 0 and not h_name[i].startswith(BACKWARD_PREFIX) \
-                and h_thread[i] in py_threads:
-            seq_fwd[h_seq[i]] = i  # the last op to carry the number created the node
-    for i in range(n):
-        if h_kind[i] == OP and h_seq[i] >= 0 and h_name[i].startswith(BACKWARD_PREFIX) and i not in fwd_of:
+    seq = np.asarray(h_seq, dtype=np.int64)
+    numbered = ops[seq[ops] >= 0]
+    is_bwd = np.zeros(n, dtype=bool)
+    is_bwd[numbered] = [h_name[i].startswith(BACKWARD_PREFIX) for i in numbered.tolist()]
+    py_thread = np.zeros(n, dtype=bool)
+    if py_threads:
+        py_thread = np.isin(thread, np.fromiter(py_threads, dtype=np.int64, count=len(py_threads)))
+    fwd_cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]
+    # In span order, the last op to carry the number created the node (dict keeps the last).
+    seq_fwd = dict(zip(seq[fwd_cand].tolist(), fwd_cand.tolist()))
+    for i in numbered[is_bwd[numbered]].tolist():
+        if i not in fwd_of:
             f = seq_fwd.get(h_seq[i])
             if f is not None:
                 fwd_of[i] = f
@@ -296,7 +370,25 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
             nd = thread_node[t] = builder.child(anchor, thread_frame(t))
         return nd
 
+    child = builder.child
+
     def resolve(i: int) -> int:
+        nd = node_of[i]
+        if nd >= 0:
+            return nd
+        # The common case, without the general walk: a span whose parent already has a node.
+        p = parent[i]
+        if p >= 0 and i not in fwd_of:
+            nd = node_of[p]
+            if nd >= 0:
+                fr = frame_of(i)
+                if fr >= 0:
+                    nd = child(nd, fr)
+                node_of[i] = nd
+                return nd
+        return resolve_walk(i)
+
+    def resolve_walk(i: int) -> int:
         stack = [i]
         while stack:
             j = stack[-1]
@@ -364,8 +456,5 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
         out.nbytes.append(nb)
 
     # --- host op self time ---
-    for i in range(n):
-        if h_kind[i] == OP:
-            self_t = end_l[i] - h_start[i] - child_time[i]
-            out.cpu_node.append(resolve(i))
-            out.cpu_self.append(max(self_t, 0))
+    out.cpu_node.extend(map(resolve, ops.tolist()))
+    out.cpu_self.extend(np.maximum(end[ops] - start[ops] - child_time[ops], 0).tolist())
