@@ -25,6 +25,7 @@ same tree and dropped, and started again, so memory stays bounded by a window.
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import itertools
 import os
@@ -32,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 from dlpt.cct import TreeBuilder
@@ -82,6 +84,7 @@ class Recorder:
         self.skipped = 0
         self.unlinked_backward = 0
         self.post_seconds = 0.0
+        self.link_stats: collections.Counter[str] = collections.Counter()
         self.done = False
         self._prof: Any = None
         self._window_start = 0
@@ -166,7 +169,10 @@ class Recorder:
             prof = profile(activities=acts, with_stack=True, **kw)
         except TypeError:
             prof = profile(activities=acts, with_stack=True)
-        prof.start()
+        with warnings.catch_warnings():
+            # "Profiler clears events at the end of each cycle": that is what windows want.
+            warnings.simplefilter("ignore", UserWarning)
+            prof.start()
         self._prof = prof
         self._window_start = self.step_count
         self.windows += 1
@@ -298,6 +304,10 @@ class Recorder:
         op_frames: dict[str, int] = {}
         op_node: dict[int, int] = {}  # op correlation id → node
         rt_node: dict[int, int] = {}  # runtime call correlation id → context node
+        # Python calls made inside an op (a custom Function's forward, an optimizer step):
+        # op node → [(start, end, context)], for runtime calls that torch files under the op.
+        inner: dict[int, list[tuple[int, int, int]]] = {}
+        rt_start: dict[int, int] = {}
         fwd: dict[tuple[int, int], int] = {}  # (thread, sequence number) → forward op node
         fwd_tids: dict[int, set[int]] = {}
         backward: list[tuple[Any, int, int, int]] = []
@@ -352,6 +362,8 @@ class Recorder:
                         f = self._py(c.file_name, c.line_number, c.function_name)
                         if f >= 0:
                             ctx = child(ctx, f)
+                    if op_row >= 0:
+                        inner.setdefault(cpu_node[op_row], []).append((n.start_time_ns, n.end_time_ns, ctx))
                     name = _name(n)
                     if name.startswith("nn.Module: "):
                         f = op_frames.get(name)
@@ -368,11 +380,18 @@ class Recorder:
                     f = self._py(c.file_name, c.line_number, c.function_name)
                     if f >= 0:
                         ctx = child(ctx, f)
+                    if op_row >= 0:
+                        inner.setdefault(cpu_node[op_row], []).append((n.start_time_ns, n.end_time_ns, ctx))
                     for c in reversed(n.children):
                         push((c, ctx, None, op_row))
                 else:
-                    if tag == T_KINETO:
-                        rt_node.setdefault(n.correlation_id, ctx)
+                    if tag == T_KINETO and n is not root:
+                        # Only runtime calls nested in a context: a bare one says nothing.
+                        corr = n.correlation_id
+                        if corr not in rt_node:
+                            rt_node[corr] = ctx
+                            if ctx in inner:
+                                rt_start[corr] = n.start_time_ns
                     for c in reversed(n.children):
                         push((c, ctx, defsrc, op_row))
 
@@ -420,21 +439,45 @@ class Recorder:
 
         # Device activities.
         no_launch = -1
+        stats = self.link_stats
         leaf_cache: dict[tuple[int, str], int] = {}
-        for e in kr.events():
+        events = kr.events()
+        has_type = bool(events) and hasattr(events[0], "activity_type")
+        has_annot = bool(events) and hasattr(events[0], "is_user_annotation")
+        for e in events:
             if e.device_type() == _CPU(self.torch):
                 continue
-            at = e.activity_type()
-            k = _DEVICE_KINDS.get(at)
-            if k is None:
-                continue  # gpu_user_annotation and the like are not GPU time
             name = e.name()
+            if has_type:
+                at = e.activity_type()
+                k = _DEVICE_KINDS.get(at)
+            else:
+                # torch before 2.12 has no activity_type(): the kind is in the name.
+                at = "user_annotation" if has_annot and e.is_user_annotation() else ""
+                k = None if at else (-1 if name.startswith("Memcpy") else MEMSET if name.startswith("Memset")
+                                     else KERNEL)
+            if k is None:
+                stats["skipped:" + str(at)] += 1
+                continue  # gpu_user_annotation and the like are not GPU time
             if k < 0:
                 k = copy_kind(name)
-            node = op_node.get(e.linked_correlation_id(), -1)
+            # The runtime call's own place in the tree is the most specific context (a kernel
+            # launched by Python code inside an op, e.g. a custom Function's forward, lands on
+            # that line); the launching op comes next; graph replays and Triton launches have
+            # only the runtime call.
+            corr = e.correlation_id()
+            node = rt_node.get(corr, -1)
+            if node >= 0:
+                stats["runtime"] += 1
+                t = rt_start.get(corr)
+                if t is not None:
+                    node = _innermost(inner[node], t, node)
+            else:
+                node = op_node.get(e.linked_correlation_id(), -1)
+                if node >= 0:
+                    stats["op"] += 1
             if node < 0:
-                node = rt_node.get(e.correlation_id(), -1)
-            if node < 0:
+                stats["unlinked"] += 1
                 if no_launch < 0:
                     no_launch = child(0, frames.intern(unattributed_frame(NO_LAUNCH)))
                 node = no_launch
@@ -454,9 +497,12 @@ class Recorder:
     # ----- the profile -----
 
     def _finish(self) -> Profile:
+        t0 = time.perf_counter()
         self.out.cpu_self[:] = [max(v, 0) for v in self.out.cpu_self]
-        prof = finish(self.builder, self.frames, self.out, self._meta())
+        prof = finish(self.builder, self.frames, self.out, {})
         prof.sources.update(self._sources(prof))
+        self.post_seconds += time.perf_counter() - t0
+        prof.meta = self._meta()
         return prof
 
     def _meta(self) -> dict[str, Any]:
@@ -469,6 +515,7 @@ class Recorder:
             "steps": list(self.steps) if self.steps else None, "steps_seen": self.step_count,
             "windows": self.windows, "post_processing_s": round(self.post_seconds, 6),
             "unlinked_backward_ops": self.unlinked_backward, "gpu": self.cuda,
+            "device_links": dict(self.link_stats),
         }
         if self.cuda:
             devs = []
@@ -499,6 +546,19 @@ class Recorder:
             except OSError:
                 continue
         return out
+
+
+def _innermost(spans: list[tuple[int, int, int]], t: int, default: int) -> int:
+    """The context of the innermost span containing time t (spans are in start order, nested
+    or disjoint), else `default`. Looks back a bounded way: spans are many only in long ops."""
+    import bisect
+
+    k = bisect.bisect_right(spans, (t, 1 << 62, 1 << 62)) - 1
+    for j in range(k, max(k - 256, -1), -1):
+        s, e, ctx = spans[j]
+        if s <= t < e:
+            return ctx
+    return default
 
 
 def _name(n: Any) -> str:

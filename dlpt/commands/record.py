@@ -120,14 +120,16 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str]) -> i
         # python puts the script's directory first on the path (the real one, links resolved).
         sys.path[0:1] = [os.path.dirname(os.path.realpath(target))]
     else:
-        sys.argv = ["-m", *prog_args]  # runpy replaces argv[0] with the module's file
         sys.path[0:1] = [os.getcwd()]
+        sys.argv = [_module_file(target), *prog_args]
     try:
         rec.start()  # type: ignore[attr-defined]
         if mode == "script":
             runpy.run_path(target, run_name="__main__")
         else:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            # alter_sys=False: with True, torch 2.13's profiler names the module's file
+            # "site-packages" and the program's lines are lost; argv[0] is set above instead.
+            runpy.run_module(target, run_name="__main__", alter_sys=False)
         return 0
     except SystemExit as e:
         return _exit_status(e.code)
@@ -142,6 +144,21 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str]) -> i
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0:1] = [saved_path0]
+
+
+def _module_file(name: str) -> str:
+    """What `python -m NAME` puts in sys.argv[0]: the file that runs (a package's __main__)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(name + ".__main__")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        raise DlptError(f"no module named {name!r} (searched from {os.getcwd()})")
+    return spec.origin
 
 
 def _exit_status(code: object) -> int:
@@ -165,7 +182,8 @@ def _print_program_traceback(e: BaseException) -> None:
 
     tb: TracebackType | None = e.__traceback__
     skip = (os.path.abspath(runpy.__file__), *_OWN)
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(skip):
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
+                              or os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(skip)):
         tb = tb.tb_next
     sys.stdout.flush()
     traceback.print_exception(type(e), e, tb, file=sys.stderr)

@@ -1,0 +1,267 @@
+"""`dlpt record` and `dlpt.profile` on the CPU build of torch: real programs, real profiler.
+
+Each recorded script is tiny; what is checked is where host op time (cpu_time) lands — the
+same attribution GPU time takes — exit statuses, and how the program is run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dlpt  # noqa: E402
+from dlpt.commands.record import parse_program  # noqa: E402
+from dlpt.errors import DlptError  # noqa: E402
+from dlpt.metrics import COL  # noqa: E402
+
+CPU = COL["cpu_time"]
+
+
+def record(tmp: Path, script: str, *args: str, out: str | None = "run.dlpt", name: str = "prog.py",
+           extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    (tmp / name).write_text(textwrap.dedent(script))
+    cmd = [sys.executable, "-m", "dlpt", "record", *extra]
+    if out:
+        cmd += ["-o", out]
+    cmd += [name, *args]
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=300)
+
+
+def line_of(tmp: Path, name: str, marker: str) -> int:
+    for i, text in enumerate((tmp / name).read_text().splitlines(), 1):
+        if marker in text:
+            return i
+    raise AssertionError(marker)
+
+
+def lines_with_time(prof: dlpt.Profile, file_name: str) -> dict[int, int]:
+    """Inclusive cpu_time of each source line of `file_name`, innermost frame on each path."""
+    from dlpt.views import flat, prepare
+
+    fv = flat(prepare(prof, False), "line")
+    return {fr.line: int(fv.exclusive[g, CPU]) for g, fr in enumerate(fv.frame)
+            if fr.kind == "python" and os.path.basename(fr.file) == file_name}
+
+
+MODEL = """\
+import os
+import sys
+import threading
+import torch
+
+def work():
+    a = torch.randn(32, 32)
+    return torch.mm(a, a)  # THREAD_OP
+
+def main():
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(8, 16, requires_grad=True)  # RANDN
+    y = lin(x)  # LINEAR
+    loss = torch.relu(y).sum()  # RELU
+    loss.backward()  # BACKWARD
+    t = threading.Thread(target=work)
+    t.start()  # START
+    t.join()
+    print("args", sys.argv[1:], __name__, sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+
+main()
+"""
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess, dlpt.Profile]:
+    tmp = tmp_path_factory.mktemp("model")
+    r = record(tmp, MODEL, "--lr", "0.1", "-o", "x", out=None)
+    outs = list(tmp.glob("dlpt-prog.*.dlpt"))
+    assert len(outs) == 1, (r.stderr, list(tmp.iterdir()))
+    return tmp, r, dlpt.load(str(outs[0]))
+
+
+def test_runs_like_python_and_default_output(model_run) -> None:
+    tmp, r, prof = model_run
+    assert r.returncode == 0, r.stderr
+    # The program's own flags, -o included, pass through; __main__ and sys.path[0] as python sets them.
+    assert "args ['--lr', '0.1', '-o', 'x'] __main__ True" in r.stdout
+    assert "no GPU seen; recording host op time (cpu_time) only" in r.stderr
+    assert "dlpt view dlpt-prog." in r.stderr
+    assert prof.meta["source"] == "record" and prof.meta["torch_version"] == torch.__version__
+    assert prof.meta["exit_status"] == 0
+
+
+def test_ops_land_on_their_call_site_lines(model_run) -> None:
+    tmp, _, prof = model_run
+    got = lines_with_time(prof, "prog.py")
+    for marker in ("RANDN", "LINEAR", "RELU"):
+        assert got.get(line_of(tmp, "prog.py", marker), 0) > 0, (marker, got)
+    # The code of the line is stored with the profile.
+    src = next(f for f in prof.sources if f.endswith("prog.py"))
+    assert prof.source_line(src, line_of(tmp, "prog.py", "LINEAR")) == "y = lin(x)  # LINEAR"
+    # Nothing of torch's own files is stored.
+    assert not any("site-packages" in f for f in prof.sources)
+
+
+def test_backward_under_the_forward_line(model_run) -> None:
+    tmp, _, prof = model_run
+    linear = line_of(tmp, "prog.py", "LINEAR")
+    found = 0
+    sub: list[str] = []
+    for i in range(len(prof.cct)):
+        fr = prof.frame_of(i)
+        if fr.kind == "backward":
+            path = prof.call_path(i)
+            if any(p.kind == "python" and p.line == linear and p.file.endswith("prog.py") for p in path):
+                sub += [prof.frame_of(j).name for j in prof.cct.children(i)]
+                found += int(prof.cct.inclusive[i, CPU])
+    assert any("AddmmBackward0" in n for n in sub), sub
+    assert found > 0
+    # The backward() line itself keeps only its own bookkeeping, not the gradient math.
+    assert prof.cct.inclusive[:, CPU].max() > 0
+
+
+def test_thread_work_under_start_line_and_target(model_run) -> None:
+    tmp, _, prof = model_run
+    start = line_of(tmp, "prog.py", "START")
+    hits = []
+    for i in range(len(prof.cct)):
+        if prof.frame_of(i).name == "aten::mm":
+            path = prof.call_path(i)
+            kinds = [(p.kind, p.line, p.function) for p in path]
+            if any(k == "thread" for k, _, _ in kinds):
+                hits.append((kinds, int(prof.cct.inclusive[i, CPU])))
+    assert hits, "the thread's mm was not recorded"
+    kinds, t = hits[0]
+    assert ("python", start, "main") in kinds
+    assert ("python", line_of(tmp, "prog.py", "def work"), "work") in kinds
+    assert t > 0
+
+
+def test_conservation_and_tree_invariants(model_run) -> None:
+    _, _, prof = model_run
+    cct = prof.cct
+    inc, exc = cct.inclusive, cct.exclusive
+    for i in range(len(cct)):
+        kids = cct.children(i)
+        assert (inc[i] == exc[i] + inc[kids].sum(axis=0)).all()
+    assert np.all(exc[:, CPU] >= 0)
+
+
+def test_exit_status_sys_exit(tmp_path: Path) -> None:
+    r = record(tmp_path, "import sys, torch\ntorch.ones(2).sum()\nsys.exit(3)\n")
+    assert r.returncode == 3, r.stderr
+    assert dlpt.load(str(tmp_path / "run.dlpt")).meta["exit_status"] == 3
+
+
+def test_exception_prints_traceback_and_saves(tmp_path: Path) -> None:
+    r = record(tmp_path, "import torch\n\ndef f():\n    torch.ones(2).sum()\n    raise ValueError('boom')\n\nf()\n")
+    assert r.returncode == 1
+    assert "Traceback (most recent call last):" in r.stderr and "ValueError: boom" in r.stderr
+    assert 'prog.py", line 5, in f' in r.stderr
+    # As python prints it: the program's frames, not dlpt's or runpy's.
+    assert "dlpt/cli.py" not in r.stderr and "runpy" not in r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    assert prof.meta["exit_status"] == 1 and prof.cct.inclusive[0, CPU] > 0
+
+
+def test_force_and_existing_output(tmp_path: Path) -> None:
+    (tmp_path / "run.dlpt").write_text("keep me")
+    r = record(tmp_path, "open('ran', 'w').write('x')\n")
+    assert r.returncode == 2
+    assert r.stderr.startswith("dlpt: ") and "--force" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "run.dlpt").read_text() == "keep me"
+    assert not (tmp_path / "ran").exists(), "the program ran although the output was refused"
+    r = record(tmp_path, "open('ran', 'w').write('x')\n", extra=("--force",))
+    assert r.returncode == 0, r.stderr
+    assert dlpt.load(str(tmp_path / "run.dlpt")).meta["source"] == "record"
+
+
+def test_module_mode(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import sys, torch\nx = torch.ones(4).sum()  # SUM\nprint('mod', __name__, sys.argv[1:])\n")
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train", "--epochs", "1"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "mod __main__ ['--epochs', '1']" in r.stdout
+    prof = dlpt.load(str(tmp_path / "m.dlpt"))
+    names = {prof.frame_of(i).name for i in range(len(prof.cct))}
+    assert "aten::ones" in names and prof.cct.inclusive[0, CPU] > 0
+
+
+@pytest.mark.xfail(strict=True, reason="known: under -m, torch's profiler reports the module's file "
+                   "as 'site-packages' (stale file name); lines are right, the file is not")
+def test_module_mode_lines(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import torch\nx = torch.ones(4).sum()\n")
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert lines_with_time(dlpt.load(str(tmp_path / "m.dlpt")), "train.py").get(2, 0) > 0
+
+
+STEPS = """\
+import torch
+w = torch.nn.Parameter(torch.ones(4))
+opt = torch.optim.SGD([w], lr=0.1)
+def s0(): return (w * 1).sum()
+def s1(): return (w * 2).sum()
+def s2(): return (w * 3).sum()
+def s3(): return (w * 4).sum()
+for f in (s0, s1, s2, s3):
+    loss = f()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_steps_records_only_the_range(tmp_path: Path) -> None:
+    r = record(tmp_path, STEPS, extra=("--steps", "1:3"))
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    funcs = {prof.frame_of(i).function for i in range(len(prof.cct))
+             if prof.frame_of(i).kind == "python" and prof.frame_of(i).file.endswith("prog.py")}
+    assert {"s1", "s2"} <= funcs and not ({"s0", "s3"} & funcs), funcs
+    assert prof.meta["steps"] == [1, 3]
+
+
+def test_python_api_profile_and_step(tmp_path: Path) -> None:
+    out = tmp_path / "api.dlpt"
+
+    def one(k: int) -> None:
+        torch.full((8,), float(k)).sum()  # API_LINE
+
+    with dlpt.profile(str(out), steps="1:2", quiet=True) as p:
+        for k in range(3):
+            one(k)
+            dlpt.step()
+    assert p.result is not None
+    prof = dlpt.load(str(out))
+    assert prof.meta["source"] == "record" and prof.meta["steps_seen"] == 3
+    names = {prof.frame_of(i).name for i in range(len(prof.cct))}
+    assert "aten::full" in names
+    # Only step 1 was recorded: one call of `one`, one full.
+    full = [i for i in range(len(prof.cct)) if prof.frame_of(i).name == "aten::full"]
+    assert len(full) == 1
+    dlpt.step()  # outside a recording: nothing happens
+
+
+def test_parse_program_forms() -> None:
+    assert parse_program(None, ["--", "python", "t.py", "-m", "z"]) == ("script", "t.py", ["-m", "z"])
+    assert parse_program(None, ["python3", "-m", "pkg.mod", "--x"]) == ("module", "pkg.mod", ["--x"])
+    assert parse_program(["pkg.mod", "--lr", "1"], []) == ("module", "pkg.mod", ["--lr", "1"])
+    assert parse_program(None, ["t.py"]) == ("script", "t.py", [])
+    with pytest.raises(DlptError):
+        parse_program(None, [])
+    with pytest.raises(DlptError):
+        parse_program(None, ["python"])
