@@ -105,6 +105,10 @@ def damaged(src: str, out_dir: str) -> list[str]:
 
 def main() -> None:
     paths = sys.argv[1:]
+    if os.environ.get("DIGEST_CHUNK_BYTES"):
+        # Small slices, so that the sliced reading path (decode.decode_chunks) runs on small traces.
+        dec = sys.modules["dlpt.collectors.kineto.decode"]
+        dec.CHUNK_BYTES = int(os.environ["DIGEST_CHUNK_BYTES"])
     with tempfile.TemporaryDirectory() as tmp:
         extra = damaged(paths[0], tmp) if paths else []
         for p in paths + extra:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from dlpt.cct import CCT, TreeBuilder
-from dlpt.collectors.kineto.decode import decode, trace_files
-from dlpt.collectors.kineto.link import LinkResult, link_trace
+from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
+from dlpt.collectors.kineto.link import LinkResult, _Columns, link_columns, link_trace  # noqa: F401
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import exclusive_matrix
 from dlpt.profile import Activities, Profile
@@ -50,7 +50,7 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
     for k, f in enumerate(files):
         if progress:
             progress(f"reading {os.path.basename(f)}", k, len(files))
-        trace = decode(f)
+        trace, cols = _read(f)
         rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
         if len(files) > 1:
             label = f"rank {rank}" if isinstance(rank, int) else os.path.basename(f)
@@ -59,7 +59,8 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
             base = 0
             if isinstance(rank, int):
                 meta["rank"] = rank
-        link_trace(trace, builder, frames, base, out)
+        link_columns(trace, cols, builder, frames, base, out)
+        del cols
         if isinstance(trace.deviceProperties, list):
             devices.extend(d for d in trace.deviceProperties if isinstance(d, dict))
         for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version"):
@@ -74,6 +75,26 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
         meta["devices"] = devices
     meta["skipped_events"] = out.skipped
     return finish(builder, frames, out, meta)
+
+
+def _read(path: str) -> tuple[Trace, _Columns]:
+    """The trace's metadata and its events sorted into the linker's columns; large files a slice
+    at a time (decode.py), so that the decoded events of only one slice are alive at once."""
+    sliced = decode_chunks(path)
+    if sliced is not None:
+        meta, slices = sliced
+        cols = _Columns()
+        try:
+            for events in slices:
+                cols.add(events)
+            return meta, cols
+        except Unsplittable:
+            pass
+    trace = decode(path)
+    cols = _Columns()
+    cols.add(trace.traceEvents)
+    trace.traceEvents = []  # the columns hold what linking needs
+    return trace, cols
 
 
 def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict) -> Profile:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -238,6 +240,85 @@ def decode(path: str) -> Trace:
         raise DlptError(f"{path}: the trace is not UTF-8 text ({e.reason} at byte {e.start}); "
                         "expected JSON from torch.profiler") from None
     return trace
+
+
+# --- reading a large trace a slice of events at a time ---
+# Decoding every event of a 150 MB trace at once holds the file's bytes and half a million
+# structs together (about 450 MB); decoding it a slice at a time, and keeping only the linker's
+# columns of each slice, holds the bytes and one slice.
+CHUNK_BYTES = 16 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BETWEEN = re.compile(rb"\}\s*,\s*\{")
+_events_decoder = msgspec.json.Decoder(list[Event])
+_lenient_events_decoder = msgspec.json.Decoder(list[_LenientEvent])
+
+
+class Unsplittable(Exception):
+    """The trace could not be read in slices; read it whole (`decode`), which also says what is
+    wrong with it, if anything."""
+
+
+def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
+    """(the trace without its events, the events a slice at a time), or None when the file is
+    small or not laid out as expected. The iterator raises `Unsplittable` when a slice does not
+    decode; the caller then starts again with `decode`.
+
+    Slices end at a `}, {` between two events. A cut that falls inside a string or a nested
+    value leaves its slice unbalanced (a JSON string cannot hold its own closing quote, and
+    brackets must match), so a wrong cut is always a decode error, never a silent misreading."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    data = read_bytes(path)
+    if len(data) < 2 * chunk_bytes:
+        return None
+    m = _EVENTS_KEY.search(data)
+    if m is None:
+        return None
+    first = m.end()
+    # The array's closing bracket: the last `]` in the file, unless a later value has one.
+    close = len(data)
+    meta = None
+    for _ in range(8):
+        close = data.rfind(b"]", first, close)
+        if close < 0:
+            return None
+        skeleton = data[:first] + data[close:]
+        try:
+            try:
+                meta = _decoder.decode(skeleton)
+            except msgspec.ValidationError:
+                meta = _decode_lenient(skeleton)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            continue
+        if not meta.traceEvents:
+            break
+        meta = None
+    if meta is None:
+        return None
+    return meta, _slices(data, first, close, chunk_bytes)
+
+
+def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Event]]:
+    view = memoryview(data)
+    cur = lo
+    while cur < hi:
+        end = nxt = hi
+        if cur + chunk_bytes < hi:
+            m = _BETWEEN.search(data, cur + chunk_bytes, hi)
+            if m is not None:
+                end, nxt = m.start() + 1, m.end() - 1
+        buf = bytearray(b"[")
+        buf += view[cur:end]
+        buf += b"]"
+        try:
+            try:
+                events = _events_decoder.decode(buf)
+            except msgspec.ValidationError:
+                events = [c for c in map(_clean, _lenient_events_decoder.decode(buf)) if c is not None]
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            raise Unsplittable() from None
+        del buf
+        yield events
+        cur = nxt
 
 
 def trace_files(path: str) -> list[str]:

@@ -107,93 +107,118 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
 
 
-def _sort_events(events: list) -> tuple:
+class _Columns:
     """The first pass: host spans, GPU events, fwdbwd flows and thread names, in event order.
 
-    Columns are pulled out of the decoded structs with one comprehension each and classified
-    with numpy, rather than with a Python loop doing a dozen checks per event: the events are
-    already typed (decode.py), and damaged ones arrive with `ts=None`, so what remains to check
-    is the values (range, negative durations), not the types."""
-    n_ev = len(events)
-    ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n_ev)
-    cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
-    is_x = ph == _PH_X
-    # --- spans and GPU events: validate times together ---
-    cand = np.flatnonzero(is_x & (cat > 0) & (cat < _FWDBWD))
-    sub = [events[i] for i in cand.tolist()]
-    s, ok_s = _ns_column([e.ts for e in sub])
-    d, ok_d = _ns_column([e.dur for e in sub])
-    ok = ok_s & ok_d & (d >= 0)
-    skipped = len(sub) - int(ok.sum())
-    ccat = cat[cand]
-    span = ok & (ccat <= LAUNCH + 1)
-    h_idx = np.flatnonzero(span)
-    hsub = [sub[i] for i in h_idx.tolist()]
-    h_kind_a = ccat[h_idx].astype(np.int64) - 1
-    h_kind = h_kind_a.tolist()
-    h_name = [e.name for e in hsub]
-    h_start_a = s[h_idx]
-    h_start = h_start_a.tolist()
-    h_end = (h_start_a + d[h_idx]).tolist()
-    # --- flows: few, and their thread ids interleave with the spans' in event order ---
-    flow_ev = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD)).tolist()
-    flows = []
-    for i in flow_ev:
-        e = events[i]
-        fs = _ns(e.ts)
-        if fs is not None:
-            flows.append((i, e, fs))
-    # Thread ids number (pid, tid) keys by first appearance over spans and flows together.
-    h_keys = [(e.pid, e.tid) for e in hsub]
-    if flows:
-        pos = np.concatenate([cand[h_idx], np.asarray([f[0] for f in flows], dtype=np.int64)])
-        keys_all = h_keys + [(f[1].pid, f[1].tid) for f in flows]
-        first = [keys_all[j] for j in np.argsort(pos, kind="stable").tolist()]
-    else:
-        first = h_keys
-    thread_ids = {k: t for t, k in enumerate(dict.fromkeys(first))}
-    h_thread = list(map(thread_ids.__getitem__, h_keys))
-    flow_s: dict[object, tuple[int, int]] = {}
-    flow_f: dict[object, tuple[int, int]] = {}
-    for _, e, fs in flows:
-        (flow_s if e.ph == "s" else flow_f)[e.id] = (thread_ids[(e.pid, e.tid)], fs)
-    # --- args: sequence numbers of ops, correlations of launches ---
-    h_seq = [-1] * len(hsub)
-    for j in np.flatnonzero(h_kind_a == OP).tolist():
-        a = hsub[j].args
-        if a is not None:
-            h_seq[j] = a.seq
-    launch_of_corr: dict[int, int] = {}
-    for j in np.flatnonzero(h_kind_a == LAUNCH).tolist():
-        a = hsub[j].args
-        if a is not None and a.correlation >= 0:
-            launch_of_corr.setdefault(a.correlation, j)
-    # --- GPU events ---
-    gpu: list[tuple] = []
-    g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
-    for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
-        e = sub[j]
-        a = e.args
-        if a is not None:
-            corr, dev, stream, nb = a.correlation, a.device, a.stream, a.bytes
-        else:
-            corr, dev, stream, nb = -1, -1, -1, 0
-        if dev < 0:
-            dev = _int(e.pid)
-        if stream < 0:
-            stream = _int(e.tid)
-        if gk == MEMCPY_OTHER:
-            gk = copy_kind(e.name)
-        gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
-    # --- thread names ---
-    thread_names: dict[tuple, str] = {}
-    for i in np.flatnonzero(ph == _PH_M).tolist():
-        e = events[i]
-        if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
-            thread_names[(e.pid, e.tid)] = e.args.name.strip()
-    return (h_kind, h_name, h_thread, h_start, h_end, h_seq, launch_of_corr, gpu, flow_s, flow_f,
-            thread_ids, thread_names, skipped)
+    Events come in chunks (`add`), so that the decoded structs of a large trace need not all be
+    alive at once (decode.py's `decode_chunks`); what is kept of each is a few numbers and its
+    name. Columns are pulled out of the structs with one comprehension each and classified with
+    numpy, rather than with a Python loop doing a dozen checks per event: the events are already
+    typed, and damaged ones arrive with `ts=None`, so what remains to check is the values (range,
+    negative durations), not the types."""
 
+    def __init__(self) -> None:
+        self.kind: list[np.ndarray] = []
+        self.start: list[np.ndarray] = []
+        self.end: list[np.ndarray] = []
+        self.thread: list[np.ndarray] = []
+        self.name: list[str] = []
+        self.seq: list[int] = []
+        self.n = 0  # spans so far
+        self.launch_of_corr: dict[int, int] = {}
+        self.gpu: list[tuple] = []
+        self.flow_s: dict[object, tuple[int, int]] = {}
+        self.flow_f: dict[object, tuple[int, int]] = {}
+        self.thread_ids: dict[tuple, int] = {}
+        self.thread_names: dict[tuple, str] = {}
+        self.skipped = 0
+        self._names: dict[str, str] = {}  # one str object per distinct name
+
+    def add(self, events: list) -> None:
+        n_ev = len(events)
+        ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+        cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+        # --- spans and GPU events: validate times together ---
+        cand = np.flatnonzero((ph == _PH_X) & (cat > 0) & (cat < _FWDBWD))
+        sub = [events[i] for i in cand.tolist()]
+        s, ok_s = _ns_column([e.ts for e in sub])
+        d, ok_d = _ns_column([e.dur for e in sub])
+        ok = ok_s & ok_d & (d >= 0)
+        self.skipped += len(sub) - int(ok.sum())
+        ccat = cat[cand]
+        h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
+        hsub = [sub[i] for i in h_idx.tolist()]
+        h_kind = ccat[h_idx].astype(np.int64) - 1
+        names = self._names
+        self.name.extend([names.setdefault(e.name, e.name) for e in hsub])
+        h_start = s[h_idx]
+        self.kind.append(h_kind)
+        self.start.append(h_start)
+        self.end.append(h_start + d[h_idx])
+        # --- flows: few, and their thread ids interleave with the spans' in event order ---
+        flows = []
+        for i in np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD)).tolist():
+            e = events[i]
+            fs = _ns(e.ts)
+            if fs is not None:
+                flows.append((i, e, fs))
+        # Thread ids number (pid, tid) keys by first appearance over spans and flows together.
+        h_keys = [(e.pid, e.tid) for e in hsub]
+        if flows:
+            pos = np.concatenate([cand[h_idx], np.asarray([f[0] for f in flows], dtype=np.int64)])
+            keys_all = h_keys + [(f[1].pid, f[1].tid) for f in flows]
+            first = [keys_all[j] for j in np.argsort(pos, kind="stable").tolist()]
+        else:
+            first = h_keys
+        thread_ids = self.thread_ids
+        for k in dict.fromkeys(first):
+            thread_ids.setdefault(k, len(thread_ids))
+        self.thread.append(np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys)))
+        for _, e, fs in flows:
+            (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = (thread_ids[(e.pid, e.tid)], fs)
+        # --- args: sequence numbers of ops, correlations of launches ---
+        n0 = self.n
+        seq = [-1] * len(hsub)
+        for j in np.flatnonzero(h_kind == OP).tolist():
+            a = hsub[j].args
+            if a is not None:
+                seq[j] = a.seq
+        self.seq.extend(seq)
+        launch_of_corr = self.launch_of_corr
+        for j in np.flatnonzero(h_kind == LAUNCH).tolist():
+            a = hsub[j].args
+            if a is not None and a.correlation >= 0:
+                launch_of_corr.setdefault(a.correlation, n0 + j)
+        self.n = n0 + len(hsub)
+        # --- GPU events ---
+        gpu = self.gpu
+        g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
+        for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
+            e = sub[j]
+            a = e.args
+            if a is not None:
+                corr, dev, stream, nb = a.correlation, a.device, a.stream, a.bytes
+            else:
+                corr, dev, stream, nb = -1, -1, -1, 0
+            if dev < 0:
+                dev = _int(e.pid)
+            if stream < 0:
+                stream = _int(e.tid)
+            if gk == MEMCPY_OTHER:
+                gk = copy_kind(e.name)
+            gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
+        # --- thread names ---
+        for i in np.flatnonzero(ph == _PH_M).tolist():
+            e = events[i]
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+                self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(kind, thread, start, end) of all spans."""
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+        return cat(self.kind), cat(self.thread), cat(self.start), cat(self.end)
 
 
 def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
@@ -220,16 +245,24 @@ def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
 def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int,
                out: LinkResult) -> None:
     """Place every GPU activity of `trace` into `builder` beneath node `base`."""
+    cols = _Columns()
+    cols.add(trace.traceEvents)
+    link_columns(trace, cols, builder, frames, base, out)
+
+
+def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: FrameTable, base: int,
+                 out: LinkResult) -> None:
+    """`link_trace` for events already sorted into columns; `trace` gives only its metadata."""
     base_ns = _int(trace.baseTimeNanoseconds, 0)
-    (h_kind, h_name, h_thread, h_start, h_end, h_seq, launch_of_corr, gpu, flow_s, flow_f,
-     thread_ids, thread_names, skipped) = _sort_events(trace.traceEvents)
-    out.skipped += skipped
+    kind, thread, start, end = cols.arrays()
+    h_name, h_seq, launch_of_corr, gpu = cols.name, cols.seq, cols.launch_of_corr, cols.gpu
+    flow_s, flow_f, thread_ids, thread_names = cols.flow_s, cols.flow_f, cols.thread_ids, cols.thread_names
+    out.skipped += cols.skipped
+    h_kind = kind.tolist()
+    h_thread = thread.tolist()
+    h_start = start.tolist()
 
     n = len(h_kind)
-    kind = np.asarray(h_kind, dtype=np.int64)
-    thread = np.asarray(h_thread, dtype=np.int64)
-    start = np.asarray(h_start, dtype=np.int64)
-    end = np.asarray(h_end, dtype=np.int64)
     order = np.lexsort((kind, -end, start, thread)) if n else np.zeros(0, dtype=np.int64)
 
     # --- nesting by time on each thread ---
