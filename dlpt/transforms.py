@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dlpt.cct import CCT, TreeBuilder
+from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.frames import is_library
 from dlpt.profile import Profile
 
@@ -27,28 +27,59 @@ def propagate_down(cct: CCT, mask: np.ndarray) -> np.ndarray:
 def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     """Remove the nodes whose frame is hidden; their children move up to the nearest kept
     ancestor, merging with siblings of the same frame, and their own metrics go with them.
-    Metric totals are unchanged."""
+    Metric totals are unchanged.
+
+    Vectorised by levels: a kept node's new identity is (new identity of its nearest kept
+    ancestor, frame), assigned for all nodes of one kept-depth at once with `np.unique`, so a
+    million-node tree takes a few dozen numpy passes rather than a Python loop per node."""
     cct = profile.cct
-    hide = hidden_frames[cct.frame]
+    n = len(cct)
+    parent = cct.parent
+    hide = np.asarray(hidden_frames, dtype=bool)[cct.frame]
     hide[0] = False
     if not hide.any():
         return profile
-    b = TreeBuilder(int(cct.frame[0]))
-    parent = cct.parent.tolist()
-    frame = cct.frame.tolist()
-    hide_l = hide.tolist()
-    new = [0] * len(parent)
-    child = b.child
-    for i in range(1, len(parent)):
-        p = new[parent[i]]
-        new[i] = p if hide_l[i] else child(p, frame[i])
-    bparent, bframe, new_of_old = b.preorder()
-    node_map = new_of_old[np.asarray(new, dtype=np.int64)]
-    exc = np.zeros((len(bparent), cct.exclusive.shape[1]), dtype=np.int64)
-    np.add.at(exc, node_map, cct.exclusive)
+    # Nearest kept strict ancestor of every node.
+    ka = parent.copy()
+    live = np.flatnonzero(ka > 0)
+    live = live[hide[ka[live]]]
+    while len(live):
+        ka[live] = parent[ka[live]]
+        live = live[(ka[live] > 0) & hide[ka[live]]]
+    kept = np.flatnonzero(~hide)[1:]
+    # Depth among kept nodes only: merged nodes always share it.
+    kdepth = np.zeros(n, dtype=np.int64)
+    anc = ka[kept].copy()
+    live = np.arange(len(kept))
+    while len(live):
+        kdepth[kept[live]] += 1
+        a = anc[live]
+        nxt = live[a > 0]
+        anc[nxt] = ka[anc[nxt]]
+        live = nxt
+    merged = np.zeros(n, dtype=np.int64)
+    nf = int(cct.frame.max()) + 1
+    new_parent = [np.array([-1], dtype=np.int64)]
+    new_frame = [cct.frame[:1]]
+    next_id = 1
+    order = kept[np.argsort(kdepth[kept], kind="stable")]
+    cuts = np.flatnonzero(np.diff(kdepth[order])) + 1
+    for lv in np.split(order, cuts):
+        if not len(lv):
+            continue
+        keys = merged[ka[lv]] * nf + cct.frame[lv]
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        merged[lv] = next_id + inv
+        new_parent.append(merged[ka[lv[first]]])
+        new_frame.append(cct.frame[lv[first]])
+        next_id += len(uniq)
+    hidden_nodes = np.flatnonzero(hide)
+    merged[hidden_nodes] = merged[ka[hidden_nodes]]
+    bparent, bframe, new_of_old = renumber(np.concatenate(new_parent), np.concatenate(new_frame))
+    node_map = new_of_old[merged]
+    exc = sum_rows(node_map, cct.exclusive, len(bparent))
     act = replace(profile.activities, node=node_map[profile.activities.node])
     return replace(profile, cct=CCT(bparent, bframe, exc), activities=act)
-
 
 
 def library_mask(profile: Profile) -> np.ndarray:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dlpt.cct import CCT, TreeBuilder
+from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import Frame
 from dlpt.profile import Activities, Profile
@@ -143,28 +143,33 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
 def bottom_up(profile: Profile) -> Profile:
     """The inverted tree: level one holds every frame that has exclusive metrics, its children
     are its callers, and so on to the outermost frame. Each node's exclusive metrics sit at
-    the end of its reversed path, so inclusive values read as 'through this caller chain'."""
+    the end of its reversed path, so inclusive values read as 'through this caller chain'.
+
+    Built level by level in numpy: the inverted node at level k of a source node is
+    (inverted node at level k-1, frame of its k-th ancestor)."""
     cct = profile.cct
-    b = TreeBuilder(int(cct.frame[0]))
-    has = np.flatnonzero(cct.exclusive.any(axis=1))
-    has = has[has > 0]
-    parent = cct.parent.tolist()
-    frame = cct.frame.tolist()
-    leaf_of: list[int] = []
-    child = b.child
-    for i in has.tolist():
-        node = 0
-        j = i
-        while j > 0:
-            node = child(node, frame[j])
-            j = parent[j]
-        leaf_of.append(node)
-    bparent, bframe, new_of_old = b.preorder()
+    src = np.flatnonzero(cct.exclusive.any(axis=1))
+    src = src[src > 0]
+    nf = int(cct.frame.max()) + 1
+    parents = [np.array([-1], dtype=np.int64)]
+    frames_ = [cct.frame[:1]]
+    inv = np.zeros(len(src), dtype=np.int64)   # current inverted node of each source node
+    anc = src.copy()                            # the ancestor whose frame comes next
+    live = np.arange(len(src))
+    next_id = 1
+    while len(live):
+        keys = inv[live] * nf + cct.frame[anc[live]]
+        uniq, first, where = np.unique(keys, return_index=True, return_inverse=True)
+        parents.append(inv[live[first]])
+        frames_.append(cct.frame[anc[live[first]]])
+        inv[live] = next_id + where
+        next_id += len(uniq)
+        anc[live] = cct.parent[anc[live]]
+        live = live[anc[live] > 0]
+    bparent, bframe, new_of_old = renumber(np.concatenate(parents), np.concatenate(frames_))
     exc = np.zeros((len(bparent), cct.exclusive.shape[1]), dtype=np.int64)
-    if len(has):
-        np.add.at(exc, new_of_old[np.asarray(leaf_of)], cct.exclusive[has])
-        exc[0] += cct.exclusive[0]
-    else:
-        exc[0] = cct.exclusive[0]
+    if len(src):
+        exc = sum_rows(new_of_old[inv], cct.exclusive[src], len(bparent))
+    exc[0] += cct.exclusive[0]
     # Activities refer to top-down nodes, which an inverted tree does not have.
     return replace(profile, cct=CCT(bparent, bframe, exc), activities=Activities.empty())
