@@ -113,3 +113,20 @@ def test_help_shows_examples():
     assert r.returncode == 0 and "examples:" in r.stdout
     r = dlpt("--help")
     assert "dlpt record" in r.stdout
+
+
+def test_without_gpu_activity_reports_host_op_time(tmp_path):
+    from conftest import raw_events
+
+    events = [e for e in raw_events("gpt_train") if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    p = tmp_path / "cpu_only.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    r = dlpt("report", str(p), "--view", "flat", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "--metric cpu_time" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["metric"] == "cpu_time" and doc["rows"][0]["self"] > 0
+    r = dlpt("export", str(p), "-o", "-")
+    assert json.loads(r.stdout)["metric"] == "cpu_time"
+    r = dlpt("report", str(trace_path("gpt_train")), "--format", "json")
+    assert json.loads(r.stdout)["metric"] == "gpu_time" and "cpu_time" not in r.stderr

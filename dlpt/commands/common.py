@@ -13,10 +13,25 @@ from dlpt.errors import DlptError
 from dlpt.metrics import METRICS
 
 
-def add_metric(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metric", "-m", default="gpu_time", choices=METRICS, metavar="M",
-                   help="what to rank and show: " + ", ".join(METRICS) + " (default: gpu_time; "
+def add_metric(p: argparse.ArgumentParser, auto: bool = False) -> None:
+    default = ("gpu_time, or cpu_time for a profile without GPU activity" if auto else "gpu_time")
+    p.add_argument("--metric", "-m", default=None if auto else "gpu_time", choices=METRICS, metavar="M",
+                   help="what to rank and show: " + ", ".join(METRICS) + f" (default: {default}; "
                    "cpu_time is the host ops' self time, the useful metric without a GPU)")
+
+
+def choose_metric(metric: str | None, profile) -> str:
+    """The metric asked for; by default gpu_time, unless the profile has none (a recording on a
+    machine without a GPU), where the host ops' cpu_time is the only thing worth ranking."""
+    if metric:
+        return metric
+    from dlpt.metrics import COL
+
+    exc = profile.cct.exclusive
+    if exc[:, COL["gpu_time"]].sum() == 0 and exc[:, COL["cpu_time"]].sum() > 0:
+        print("dlpt: no GPU activity in this profile; showing host op time (--metric cpu_time)", file=sys.stderr)
+        return "cpu_time"
+    return "gpu_time"
 
 
 def add_library(p: argparse.ArgumentParser) -> None:

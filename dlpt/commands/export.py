@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_library, add_metric, positive_int, write_output
+from dlpt.commands.common import add_library, add_metric, choose_metric, positive_int, write_output
 
 EPILOG = """\
 examples:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one of: " + ", ".join(names) + " (default: hotspots)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file, or - for stdout")
     p.add_argument("--top", "-n", type=positive_int, default=20, help="hotspots to list (default: 20)")
-    add_metric(p)
+    add_metric(p, auto=True)
     add_library(p)
     p.set_defaults(func=run)
 
@@ -38,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
 
     exporter = get_exporter(args.format)
     prof = open_profile(args.profile)
-    opts = ExportOptions(metric=args.metric, top=args.top, include_library=args.include_library)
+    opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library)
     write_output(args.output, lambda f: exporter.export(prof, f, opts))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, percent, positive_int, write_output
+from dlpt.commands.common import add_library, add_metric, choose_metric, percent, positive_int, write_output
 from dlpt.loader import open_profile
 from dlpt.views import GROUPINGS, VIEWS, prepare
 
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--view", "-v", default="top-down", choices=VIEWS)
     p.add_argument("--by", "-b", default="line", choices=GROUPINGS,
                    help="grouping of the flat view (default: line)")
-    add_metric(p)
+    add_metric(p, auto=True)
     p.add_argument("--depth", "-d", type=positive_int, default=None, help="tree levels to show")
     p.add_argument("--top", "-n", type=positive_int, default=None,
                    help="rows of the flat view; children per node in the trees")
@@ -45,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
     prof = prepare(open_profile(args.profile), args.include_library)
+    metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)
-    opts = ReportOptions(view=args.view, by=args.by, metric=args.metric, depth=args.depth, top=top,
+    opts = ReportOptions(view=args.view, by=args.by, metric=metric, depth=args.depth, top=top,
                          min_percent=minp, full_names=args.full_names)
     if args.format == "json":
         doc = render_json(prof, opts)
