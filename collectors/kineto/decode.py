@@ -245,8 +245,11 @@ def decode(path: str) -> Trace:
 # --- reading a large trace a slice of events at a time ---
 # Decoding every event of a 150 MB trace at once holds the file's bytes and half a million
 # structs together (about 450 MB); decoding it a slice at a time, and keeping only the linker's
-# columns of each slice, holds the bytes and one slice.
-CHUNK_BYTES = 16 << 20
+# columns of each slice, holds the bytes and one slice. Small slices are also faster: the
+# linker makes several passes over each slice's structs, and 1 MB of JSON (about 3,600 events,
+# 2 MB of structs) stays in the CPU cache between passes; with 16 MB slices the import of a
+# 523k-event trace took 1.4 s instead of 0.9 s.
+CHUNK_BYTES = 1 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _events_decoder = msgspec.json.Decoder(list[Event])

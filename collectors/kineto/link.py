@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -87,6 +88,7 @@ _CAT_CODE = {**{c: k + 1 for c, k in HOST_CATS.items()}, **{c: k + _GPU0 for c, 
 # Nanoseconds beyond this are damage (a year is 3e16 ns): skipping them keeps every sum and
 # `start + duration` inside int64.
 _NS_LIMIT = 1 << 62
+_KEY = attrgetter("pid", "tid")  # an event's thread key
 
 
 def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +125,7 @@ class _Columns:
         self.end: list[np.ndarray] = []
         self.thread: list[np.ndarray] = []
         self.name: list[str] = []
-        self.seq: list[int] = []
+        self.seq: list[np.ndarray] = []
         self.n = 0  # spans so far
         self.launch_of_corr: dict[int, int] = {}
         self.gpu: list[tuple] = []
@@ -149,41 +151,45 @@ class _Columns:
         h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
         hsub = [sub[i] for i in h_idx.tolist()]
         h_kind = ccat[h_idx].astype(np.int64) - 1
-        names = self._names
-        self.name.extend([names.setdefault(e.name, e.name) for e in hsub])
+        names = [e.name for e in hsub]
+        self.name.extend(map(self._names.setdefault, names, names))
         h_start = s[h_idx]
         self.kind.append(h_kind)
         self.start.append(h_start)
         self.end.append(h_start + d[h_idx])
-        # --- flows: few, and their thread ids interleave with the spans' in event order ---
-        flows = []
-        for i in np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD)).tolist():
-            e = events[i]
-            fs = _ns(e.ts)
-            if fs is not None:
-                flows.append((i, e, fs))
-        # Thread ids number (pid, tid) keys by first appearance over spans and flows together.
-        h_keys = [(e.pid, e.tid) for e in hsub]
-        if flows:
-            pos = np.concatenate([cand[h_idx], np.asarray([f[0] for f in flows], dtype=np.int64)])
-            keys_all = h_keys + [(f[1].pid, f[1].tid) for f in flows]
-            first = [keys_all[j] for j in np.argsort(pos, kind="stable").tolist()]
-        else:
-            first = h_keys
+        # --- flows ---
+        f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD))
+        fsub = [events[i] for i in f_idx.tolist()]
+        fs_ns, f_ok = _ns_column([e.ts for e in fsub])
+        keep = np.flatnonzero(f_ok)
+        fsub = [fsub[i] for i in keep.tolist()]
+        f_idx, fs_ns = f_idx[keep], fs_ns[keep]
+        # --- thread ids: (pid, tid) keys numbered by first appearance, spans and flows together ---
+        h_keys = list(map(_KEY, hsub))
+        f_keys = list(map(_KEY, fsub))
         thread_ids = self.thread_ids
-        for k in dict.fromkeys(first):
-            thread_ids.setdefault(k, len(thread_ids))
+        new = [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
+        if new:
+            # Position of each key's first event: filled from the back, so the first one stays.
+            first = dict(zip(reversed(f_keys), reversed(f_idx.tolist())))
+            first_h = dict(zip(reversed(h_keys), reversed(cand[h_idx].tolist())))
+            for k in sorted(new, key=lambda k: min(first.get(k, 1 << 62), first_h.get(k, 1 << 62))):
+                thread_ids[k] = len(thread_ids)
         self.thread.append(np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys)))
-        for _, e, fs in flows:
-            (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = (thread_ids[(e.pid, e.tid)], fs)
+        if fsub:
+            f_thread = map(thread_ids.__getitem__, f_keys)
+            f_val = zip(f_thread, fs_ns.tolist())
+            # Later flows with the same id replace earlier ones, in event order, as before.
+            for e, v in zip(fsub, f_val):
+                (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = v
         # --- args: sequence numbers of ops, correlations of launches ---
         n0 = self.n
-        seq = [-1] * len(hsub)
-        for j in np.flatnonzero(h_kind == OP).tolist():
-            a = hsub[j].args
-            if a is not None:
-                seq[j] = a.seq
-        self.seq.extend(seq)
+        seq = np.full(len(hsub), -1, dtype=np.int64)
+        op_j = np.flatnonzero(h_kind == OP)
+        if len(op_j):
+            args = [hsub[j].args for j in op_j.tolist()]
+            seq[op_j] = [-1 if a is None else a.seq for a in args]
+        self.seq.append(seq)
         launch_of_corr = self.launch_of_corr
         for j in np.flatnonzero(h_kind == LAUNCH).tolist():
             a = hsub[j].args
@@ -214,11 +220,11 @@ class _Columns:
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(kind, thread, start, end) of all spans."""
+        """(kind, thread, start, end, sequence number) of all spans."""
         def cat(parts: list[np.ndarray]) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-        return cat(self.kind), cat(self.thread), cat(self.start), cat(self.end)
+        return cat(self.kind), cat(self.thread), cat(self.start), cat(self.end), cat(self.seq)
 
 
 def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
@@ -254,8 +260,8 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
                  out: LinkResult) -> None:
     """`link_trace` for events already sorted into columns; `trace` gives only its metadata."""
     base_ns = _int(trace.baseTimeNanoseconds, 0)
-    kind, thread, start, end = cols.arrays()
-    h_name, h_seq, launch_of_corr, gpu = cols.name, cols.seq, cols.launch_of_corr, cols.gpu
+    kind, thread, start, end, seq = cols.arrays()
+    h_name, launch_of_corr, gpu = cols.name, cols.launch_of_corr, cols.gpu
     flow_s, flow_f, thread_ids, thread_names = cols.flow_s, cols.flow_f, cols.thread_ids, cols.thread_names
     out.skipped += cols.skipped
     h_kind = kind.tolist()
@@ -336,7 +342,6 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
         f = op_at.get(src)
         if b is not None and f is not None:
             fwd_of.setdefault(backward_root(b), f)
-    seq = np.asarray(h_seq, dtype=np.int64)
     numbered = ops[seq[ops] >= 0]
     is_bwd = np.zeros(n, dtype=bool)
     is_bwd[numbered] = [h_name[i].startswith(BACKWARD_PREFIX) for i in numbered.tolist()]
@@ -348,7 +353,7 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
     seq_fwd = dict(zip(seq[fwd_cand].tolist(), fwd_cand.tolist()))
     for i in numbered[is_bwd[numbered]].tolist():
         if i not in fwd_of:
-            f = seq_fwd.get(h_seq[i])
+            f = seq_fwd.get(int(seq[i]))
             if f is not None:
                 fwd_of[i] = f
 
