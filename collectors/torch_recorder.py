@@ -25,8 +25,10 @@ same tree and dropped, and started again, so memory stays bounded by a window.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import datetime as _dt
+import gc
 import itertools
 import os
 import socket
@@ -294,119 +296,193 @@ class Recorder:
     # ----- folding one window into the tree -----
 
     def _ingest(self, kr: Any) -> None:
-        from torch._C._profiler import _EventType
+        # The walk makes a pybind wrapper for every node it touches and drops it at once; the
+        # cyclic GC would scan those young objects over and over (on a 300k-node tree, reading
+        # `children` alone took 0.74 s with it on and 0.18 s with it off). Nothing made here
+        # forms a cycle, so pausing it loses nothing.
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            w = self._walk_tree(kr)
+            self._device_events(kr, w)
+        finally:
+            if was:
+                gc.enable()
 
-        T_OP, T_CALL, T_CCALL, T_KINETO = _EventType.TorchOp, _EventType.PyCall, _EventType.PyCCall, _EventType.Kineto
-        b = self.builder
-        child = b.child
+    def _walk_tree(self, kr: Any) -> _Walked:
+        """Fold the profiler's event tree into the CCT. Each pybind attribute costs a call and
+        often a new object, so every node is read once, and only for what its kind needs: the
+        kind itself comes from the type of `extra_fields`, which ops and calls need anyway."""
+        from torch._C import _profiler as P
+
+        EF_OP, EF_CALL, EF_CCALL, EF_KIN = (P._ExtraFields_TorchOp, P._ExtraFields_PyCall,
+                                            P._ExtraFields_PyCCall, P._ExtraFields_Kineto)
+        child = self.builder.child
         frames = self.frames
+        py, def_frame = self._py, self._def
         out = self.out
+        w = _Walked()
+        op_node, rt_node, rt_row = w.op_node, w.rt_node, w.rt_row
+        sp_start, sp_end, sp_ctx, sp_par = w.sp_start, w.sp_end, w.sp_ctx, w.sp_par
+        op_lo, op_hi = w.op_lo, w.op_hi
         op_frames: dict[str, int] = {}
-        op_node: dict[int, int] = {}  # op correlation id → node
-        rt_node: dict[int, int] = {}  # runtime call correlation id → context node
-        # Python calls made inside an op (a custom Function's forward, an optimizer step):
-        # op node → [(start, end, context)], for runtime calls that torch files under the op.
-        inner: dict[int, list[tuple[int, int, int]]] = {}
-        rt_start: dict[int, int] = {}
+        # (context, frame) → node: one dict probe instead of a method call per node.
+        edge: dict[tuple[int, int], int] = {}
+        # (context, file, line, function) of a call site → its node (the context itself when the
+        # file is dropped): a Python call frame's node is found once, not per call.
+        site: dict[tuple[int, str, int, str], int] = {}
         fwd: dict[tuple[int, int], int] = {}  # (thread, sequence number) → forward op node
         fwd_tids: dict[int, set[int]] = {}
-        backward: list[tuple[Any, int, int, int]] = []
+        backward: list[tuple[Any, int, int, int, int]] = []
         bwd_frame = frames.intern(BACKWARD_FRAME)
         cpu_node, cpu_self = out.cpu_node, out.cpu_self
 
-        roots = sorted(kr.experimental_event_tree(), key=lambda n: n.start_time_ns)
-        py_tids = {r.start_tid for r in roots if r.tag == T_CALL}
+        def at_site(ctx: int, c: Any) -> int:
+            file, line, func = c.file_name, c.line_number, c.function_name
+            key = (ctx, file, line, func)
+            node = site.get(key)
+            if node is None:
+                f = py(file, line, func)
+                node = site[key] = child(ctx, f) if f >= 0 else ctx
+            return node
 
-        def walk(root: Any, ctx: int, tid: int, op_row: int = -1, placed: bool = False) -> None:
+        def walk(root: Any, ctx: int, tid: int, op_row: int = -1, par: int = -1, placed: bool = False,
+                 tree_root: Any = None) -> None:
             """Fold one subtree into the tree beneath `ctx`. `placed`: the root is a backward op
-            whose context is already decided."""
-            # (node, context, def-frame source or None, index of the enclosing op's cpu row)
-            stack: list[tuple[Any, int, Any, int]] = [(root, ctx, None, op_row)]
+            whose context is already decided; `tree_root`: the root has no parent (its Python
+            call has no call site). `op_row` is the enclosing op's cpu row, `par` the enclosing
+            span inside that op (see `_Walked`)."""
+            # (node, context, [call's extra fields, its def-line node] or None, op row, span);
+            # a node of None is an op's exit: its descendants' spans end there.
+            stack: list[tuple[Any, int, Any, int, int]] = [(root, ctx, None, op_row, par)]
             first = root if placed else None
             pop, push = stack.pop, stack.append
             while stack:
-                n, ctx, defsrc, op_row = pop()
-                tag = n.tag
-                if tag == T_OP:
-                    name = _name(n)
-                    ef = n.extra_fields
-                    if defsrc is not None:
-                        cs = defsrc.callsite
-                        ctx = child(ctx, self._def(cs.file_name, cs.line_number, cs.function_name))
+                n, ctx, src, row, par = pop()
+                if n is None:
+                    op_hi[ctx] = len(sp_start)
+                    continue
+                ef = n.extra_fields
+                t = type(ef)
+                if t is EF_OP:
+                    try:
+                        name = n.name
+                    except UnicodeDecodeError:
+                        # Seen in torch 2.13: a name that is not valid UTF-8. Its work still counts.
+                        name = "<undecodable name>"
+                    if src is not None:
+                        # An op reached without a recorded call (`x + y`): the function's def line.
+                        d = src[1]
+                        if d < 0:
+                            cs = src[0].callsite
+                            d = src[1] = child(ctx, def_frame(cs.file_name, cs.line_number, cs.function_name))
+                        ctx = d
                     seq = ef.sequence_number
                     if seq >= 0 and n is not first and name.startswith(BACKWARD_PREFIX):
                         # Placed once the forward ops of every thread are known.
-                        backward.append((n, ctx, tid, op_row))
+                        backward.append((n, ctx, tid, row, par))
                         continue
                     f = op_frames.get(name)
                     if f is None:
                         f = op_frames[name] = frames.intern(Frame("op", name))
-                    node = child(ctx, f)
+                    key = (ctx, f)
+                    node = edge.get(key)
+                    if node is None:
+                        node = edge[key] = child(ctx, f)
                     if seq >= 0:
                         # The last op to carry a sequence number is the one that made the node.
                         fwd[(tid, seq)] = node
-                        fwd_tids.setdefault(seq, set()).add(tid)
+                        ts = fwd_tids.get(seq)
+                        if ts is None:
+                            fwd_tids[seq] = {tid}
+                        elif tid not in ts:
+                            ts.add(tid)
                     op_node[n.correlation_id] = node
-                    dur = n.duration_time_ns
-                    if op_row >= 0:
-                        cpu_self[op_row] -= dur
-                    row = len(cpu_node)
+                    if row >= 0:
+                        # An op inside an op: a span where a runtime call filed under the outer
+                        # op may have been made.
+                        s, e = n.start_time_ns, n.end_time_ns
+                        dur = e - s
+                        cpu_self[row] -= dur
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(s)
+                        sp_end.append(e)
+                        sp_ctx.append(node)
+                    else:
+                        dur = n.duration_time_ns
+                    r2 = len(cpu_node)
                     cpu_node.append(node)
                     cpu_self.append(dur)
-                    for c in reversed(n.children):
-                        push((c, node, None, row))
-                elif tag == T_CALL:
-                    ef = n.extra_fields
-                    if n.parent is not None:
-                        c = ef.caller
-                        f = self._py(c.file_name, c.line_number, c.function_name)
-                        if f >= 0:
-                            ctx = child(ctx, f)
-                    if op_row >= 0:
-                        inner.setdefault(cpu_node[op_row], []).append((n.start_time_ns, n.end_time_ns, ctx))
-                    name = _name(n)
-                    if name.startswith("nn.Module: "):
+                    kids = n.children
+                    if kids:
+                        op_lo[r2] = len(sp_start)
+                        push((None, r2, None, -1, -1))
+                        for c in reversed(kids):
+                            push((c, node, None, r2, par))
+                elif t is EF_CALL:
+                    if n is not tree_root:
+                        ctx = at_site(ctx, ef.caller)
+                    m = ef.module
+                    if m is not None:
+                        name = n.name  # "nn.Module: Linear_0"
                         f = op_frames.get(name)
                         if f is None:
                             f = op_frames[name] = frames.intern(Frame("module", name[len("nn.Module: "):]))
                         ctx = child(ctx, f)
-                        src = None
+                        cell = None
                     else:
-                        src = ef
+                        cell = [ef, -1]
+                    if row >= 0:
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(n.start_time_ns)
+                        sp_end.append(n.end_time_ns)
+                        sp_ctx.append(ctx)
                     for c in reversed(n.children):
-                        push((c, ctx, src, op_row))
-                elif tag == T_CCALL:
-                    c = n.extra_fields.caller
-                    f = self._py(c.file_name, c.line_number, c.function_name)
-                    if f >= 0:
-                        ctx = child(ctx, f)
-                    if op_row >= 0:
-                        inner.setdefault(cpu_node[op_row], []).append((n.start_time_ns, n.end_time_ns, ctx))
+                        push((c, ctx, cell, row, par))
+                elif t is EF_CCALL:
+                    ctx = at_site(ctx, ef.caller)
+                    if row >= 0:
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(n.start_time_ns)
+                        sp_end.append(n.end_time_ns)
+                        sp_ctx.append(ctx)
                     for c in reversed(n.children):
-                        push((c, ctx, None, op_row))
+                        push((c, ctx, None, row, par))
                 else:
-                    if tag == T_KINETO and n is not root:
+                    if t is EF_KIN and n is not root:
                         # Only runtime calls nested in a context: a bare one says nothing.
                         corr = n.correlation_id
                         if corr not in rt_node:
                             rt_node[corr] = ctx
-                            if ctx in inner:
-                                rt_start[corr] = n.start_time_ns
+                            if row >= 0:
+                                # torch files a runtime call under the op it is linked to, even when
+                                # Python code inside the op made it; placed once the op's inner
+                                # calls are all known (they follow it among the op's children).
+                                rt_row[corr] = (row, n)
                     for c in reversed(n.children):
-                        push((c, ctx, defsrc, op_row))
+                        push((c, ctx, src, row, par))
 
-        for r in roots:
-            tid = r.start_tid
-            if r.tag == T_OP and _name(r).startswith(THREAD_MARK):
-                try:
-                    key = int(_name(r)[len(THREAD_MARK):])
-                except ValueError:
-                    key = -1
-                if key in self._threads:
-                    base = self._tid_base[tid] = self._thread_base(key)
-                    for c in reversed(r.children):
-                        walk(c, base, tid)
-                    continue
+        roots = []
+        for r in kr.experimental_event_tree():
+            roots.append((r.start_time_ns, r.start_tid, type(r.extra_fields), r))
+        roots.sort(key=_FIRST)
+        py_tids = {tid for _, tid, t, _ in roots if t is EF_CALL}
+        for _, tid, t, r in roots:
+            if t is EF_OP:
+                name = _name(r)
+                if name.startswith(THREAD_MARK):
+                    try:
+                        key = int(name[len(THREAD_MARK):])
+                    except ValueError:
+                        key = -1
+                    if key in self._threads:
+                        base = self._tid_base[tid] = self._thread_base(key)
+                        for c in reversed(r.children):
+                            walk(c, base, tid)
+                        continue
             if tid in py_tids:
                 base = 0
             else:
@@ -415,11 +491,11 @@ class Recorder:
                     # A thread not started while recording (autograd's device threads, a
                     # thread from before): its work is still counted, under its thread node.
                     base = self._tid_base[tid] = child(0, frames.intern(Frame("thread", f"[thread {tid}]")))
-            walk(r, base, tid)
+            walk(r, base, tid, tree_root=r)
 
         # Backward ops under the forward op that made their autograd node.
         fwd_tid_of: dict[int, int] | None = None
-        for n, ctx, tid, op_row in backward:
+        for n, ctx, tid, op_row, par in backward:
             seq = n.extra_fields.sequence_number
             tids = fwd_tids.get(seq, ())
             fnode = -1
@@ -435,56 +511,77 @@ class Recorder:
                 ctx = child(fnode, bwd_frame)
             else:
                 self.unlinked_backward += 1
-            walk(n, ctx, tid, op_row, placed=True)
+            walk(n, ctx, tid, op_row, par, placed=True)
+        return w
 
-        # Device activities.
-        no_launch = -1
+    def _device_events(self, kr: Any, w: _Walked) -> None:
+        """Device activities, each under the most specific context of its launch."""
         stats = self.link_stats
-        leaf_cache: dict[tuple[int, str], int] = {}
+        cpu = _CPU(self.torch)
         events = kr.events()
         has_type = bool(events) and hasattr(events[0], "activity_type")
         has_annot = bool(events) and hasattr(events[0], "is_user_annotation")
+        rt_row = w.rt_row
+        host_of: dict[str, bool] = {}  # activity type → host side, asked once per type
+        dev: list[tuple[Any, int]] = []
         for e in events:
-            if e.device_type() == _CPU(self.torch):
-                continue
-            name = e.name()
             if has_type:
                 at = e.activity_type()
                 k = _DEVICE_KINDS.get(at)
+                if k is None:
+                    host = host_of.get(at)
+                    if host is None:
+                        host = host_of[at] = e.device_type() == cpu
+                    if not host:
+                        stats["skipped:" + str(at)] += 1  # gpu_user_annotation is not GPU time
+                    continue
             else:
+                if e.device_type() == cpu:
+                    continue
                 # torch before 2.12 has no activity_type(): the kind is in the name.
-                at = "user_annotation" if has_annot and e.is_user_annotation() else ""
-                k = None if at else (-1 if name.startswith("Memcpy") else MEMSET if name.startswith("Memset")
-                                     else KERNEL)
-            if k is None:
-                stats["skipped:" + str(at)] += 1
-                continue  # gpu_user_annotation and the like are not GPU time
+                if has_annot and e.is_user_annotation():
+                    stats["skipped:user_annotation"] += 1
+                    continue
+                name = e.name()
+                k = -1 if name.startswith("Memcpy") else MEMSET if name.startswith("Memset") else KERNEL
+            dev.append((e, k))
+
+        # The runtime call's own place in the tree is the most specific context (a kernel
+        # launched by Python code inside an op, e.g. a custom Function's forward, lands on that
+        # line); the launching op comes next; graph replays and Triton launches have only the
+        # runtime call.
+        rt_node, op_node = w.rt_node, w.op_node
+        child = self.builder.child
+        out = self.out
+        no_launch = -1
+        leaf_cache: dict[tuple[int, str], int] = {}
+        n_rt = n_op = n_un = 0
+        for e, k in dev:
+            name = e.name()
             if k < 0:
                 k = copy_kind(name)
-            # The runtime call's own place in the tree is the most specific context (a kernel
-            # launched by Python code inside an op, e.g. a custom Function's forward, lands on
-            # that line); the launching op comes next; graph replays and Triton launches have
-            # only the runtime call.
             corr = e.correlation_id()
             node = rt_node.get(corr, -1)
             if node >= 0:
-                stats["runtime"] += 1
-                t = rt_start.get(corr)
-                if t is not None:
-                    node = _innermost(inner[node], t, node)
+                n_rt += 1
+                rr = rt_row.get(corr)
+                if rr is not None:
+                    # Exact: the innermost call or op of that op instance that was open when the
+                    # runtime call started (its own start, on the op's thread).
+                    node = w.innermost(rr[0], rr[1], node)
             else:
-                node = op_node.get(e.linked_correlation_id(), -1)
+                node = op_node.get(e.linked_correlation_id(), -1) if op_node else -1
                 if node >= 0:
-                    stats["op"] += 1
+                    n_op += 1
             if node < 0:
-                stats["unlinked"] += 1
+                n_un += 1
                 if no_launch < 0:
-                    no_launch = child(0, frames.intern(unattributed_frame(NO_LAUNCH)))
+                    no_launch = child(0, self.frames.intern(unattributed_frame(NO_LAUNCH)))
                 node = no_launch
             lk = (k, name)
             lf = leaf_cache.get(lk)
             if lf is None:
-                lf = leaf_cache[lk] = frames.intern(Frame(_LEAF_KIND.get(k, "memcpy"), name))
+                lf = leaf_cache[lk] = self.frames.intern(Frame(_LEAF_KIND.get(k, "memcpy"), name))
             out.node.append(child(node, lf))
             out.kind.append(k)
             out.name.append(lf)
@@ -493,6 +590,9 @@ class Recorder:
             out.start.append(int(e.start_ns()))
             out.duration.append(int(e.duration_ns()))
             out.nbytes.append(_nbytes(e))
+        for key, v in (("runtime", n_rt), ("op", n_op), ("unlinked", n_un)):
+            if v:
+                stats[key] += v
 
     # ----- the profile -----
 
@@ -548,17 +648,50 @@ class Recorder:
         return out
 
 
-def _innermost(spans: list[tuple[int, int, int]], t: int, default: int) -> int:
-    """The context of the innermost span containing time t (spans are in start order, nested
-    or disjoint), else `default`. Looks back a bounded way: spans are many only in long ops."""
-    import bisect
+class _Walked:
+    """What the tree walk leaves for placing device events.
 
-    k = bisect.bisect_right(spans, (t, 1 << 62, 1 << 62)) - 1
-    for j in range(k, max(k - 256, -1), -1):
-        s, e, ctx = spans[j]
-        if s <= t < e:
-            return ctx
-    return default
+    Spans: the Python calls and ops inside each op, in walk (pre)order, as columns; `sp_par`
+    is the enclosing span's index (or one before the op's range). An op row's descendants'
+    spans are `op_lo[row]:op_hi[row]`, sorted by start (one thread, children in time order).
+    """
+
+    __slots__ = ("op_node", "rt_node", "rt_row", "sp_start", "sp_end", "sp_ctx", "sp_par", "op_lo", "op_hi")
+
+    def __init__(self) -> None:
+        self.op_node: dict[int, int] = {}  # op correlation id → node
+        self.rt_node: dict[int, int] = {}  # runtime call correlation id → context node
+        # runtime call correlation id → (cpu row of the op it is filed under, its tree node)
+        self.rt_row: dict[int, tuple[int, Any]] = {}
+        self.sp_start: list[int] = []
+        self.sp_end: list[int] = []
+        self.sp_ctx: list[int] = []
+        self.sp_par: list[int] = []
+        self.op_lo: dict[int, int] = {}
+        self.op_hi: dict[int, int] = {}
+
+    def innermost(self, row: int, rt: Any, default: int) -> int:
+        """The context of the innermost call or op inside op `row` whose [start, end) holds
+        the start t of runtime call `rt`, else `default`: the last span starting at or before t, then up its enclosing
+        spans until one is still open at t — exact, and as many steps as the nesting is deep."""
+        lo = self.op_lo.get(row)
+        if lo is None:
+            return default
+        hi = self.op_hi.get(row, lo)
+        if hi <= lo:
+            return default
+        t = rt.start_time_ns
+        k = bisect.bisect_right(self.sp_start, t, lo, hi) - 1
+        sp_end, sp_par = self.sp_end, self.sp_par
+        while k >= lo:
+            if t < sp_end[k]:
+                return self.sp_ctx[k]
+            k = sp_par[k]
+        return default
+
+
+def _FIRST(x: tuple) -> Any:
+    return x[0]
 
 
 def _name(n: Any) -> str:
