@@ -15,10 +15,14 @@ Written to a temporary file in the target directory and renamed into place, so a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import socket
 import sqlite3
 import tempfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -50,36 +54,191 @@ CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT N
 """
 
 
+# Temporary files are named `.dlpt-<pid>-<host>-<random>.tmp` so that users recognise them and a
+# later save can tell one left by a process that died (kill -9, power loss) from one that a live
+# process is writing: only those of this host whose process is gone are removed.
+_TEMP = re.compile(r"^\.dlpt-(\d+)-([0-9a-f]{8})-[A-Za-z0-9_]+\.tmp$")
+# Refuse to start a recording with less free space than this in the output directory: a nearly
+# full disk is better reported before the program runs than after (DESIGN §5, docs/ROBUSTNESS.md).
+MIN_FREE_BYTES = 1 << 20
+
+
+def _host_tag() -> str:
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+def _make_temp(directory: str) -> tuple[int, str]:
+    return tempfile.mkstemp(prefix=f".dlpt-{os.getpid()}-{_host_tag()}-", suffix=".tmp", dir=directory)
+
+
+def remove_temp_files(directory: str, pid: int | None = None) -> list[str]:
+    """Remove the temporary files of dead dlpt processes (or of `pid`) in `directory`."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    host = _host_tag()
+    for name in names:
+        m = _TEMP.match(name)
+        if not m or m.group(2) != host:
+            continue
+        owner = int(m.group(1))
+        if pid is not None:
+            if owner != pid:
+                continue
+        elif owner == os.getpid() or _alive(owner):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def _free_bytes(directory: str) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.0f} {unit}" if n >= 10 else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def check_output(path: str, force: bool, hint: str = "pass --force to overwrite it") -> None:
+    """Before a recording starts: can a profile be written at `path`? Raise DlptError if not.
+
+    Checked for real — a file is created and removed in the directory — because permission bits
+    say nothing to root, nor about a read-only mount. Stale temporary files of dead dlpt
+    processes in the directory are removed first, which may free the space the check needs.
+    """
+    full = os.path.abspath(path)
+    directory = os.path.dirname(full)
+    if os.path.isdir(full):
+        raise DlptError(f"{path} is a directory; give the profile a file name, e.g. -o {os.path.join(path, 'run.dlpt')}")
+    if os.path.lexists(full):
+        if not force:
+            raise DlptError(f"{path} exists; {hint}")
+        if not os.path.isfile(full):
+            raise DlptError(f"{path} exists and is not a regular file; dlpt would replace it, choose another name")
+    if not os.path.isdir(directory):
+        up = directory
+        while up and not os.path.lexists(up):
+            up = os.path.dirname(up)
+        if up and not os.path.isdir(up):
+            raise DlptError(f"{up} is a file, not a directory; the profile {path} cannot be written under it")
+        raise DlptError(f"{directory}: no such directory for the profile")
+    remove_temp_files(directory)
+    try:
+        fd, probe = _make_temp(directory)
+    except OSError as e:
+        raise DlptError(f"cannot write in {directory} ({e.strerror or e}); choose another place with -o") from None
+    os.close(fd)
+    _unlink(probe)
+    free = _free_bytes(directory)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise DlptError(f"only {_size(free)} free in {directory}; a profile needs at least "
+                        f"{_size(MIN_FREE_BYTES)}: free some space or choose another place with -o")
+
+
 def save(profile: Profile, path: str, force: bool = True) -> None:
-    """Write `profile` to `path` atomically. Without `force`, an existing file is an error."""
+    """Write `profile` to `path` atomically. Without `force`, an existing file is an error.
+
+    The file appears complete or not at all: it is written to a temporary file in the same
+    directory, flushed to the disk, and renamed over `path`. On any failure or interrupt
+    (KeyboardInterrupt included) the temporary file is removed and `path` keeps what it had.
+    """
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
     if not force and os.path.exists(path):
         raise DlptError(f"{path} exists; pass --force to overwrite it")
     if not os.path.isdir(directory):
         raise DlptError(f"{directory}: no such directory for the profile")
+    remove_temp_files(directory)
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".dlpt-", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise DlptError(f"cannot write in {directory}: {e.strerror or e}") from None
-    os.close(fd)
-    try:
+        fd, tmp = _make_temp(directory)
+        try:
+            # mkstemp makes the file private (0600); a profile is shared like any output file.
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
         con = sqlite3.connect(tmp)
         try:
             _write(con, profile)
             con.commit()
         finally:
             con.close()
+        _fsync(tmp)
         os.replace(tmp, path)
+        tmp = None
+        try:  # the rename itself survives a crash only once the directory is on disk
+            _fsync(directory)
+        except OSError:
+            pass  # the profile is in place; a directory that cannot be synced is no error
     except sqlite3.Error as e:
-        _unlink(tmp)
-        raise DlptError(f"cannot write {path}: {e}") from None
+        full = getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(e)
+        raise DlptError(_no_space(path, directory) if full else f"cannot write {path}: {e}") from None
     except OSError as e:
-        _unlink(tmp)
+        if tmp is None and not os.path.isdir(directory):
+            raise DlptError(f"{directory}: no such directory for the profile") from None
+        if e.errno == errno.ENOSPC:
+            raise DlptError(_no_space(path, directory)) from None
         raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
-    except BaseException:
-        _unlink(tmp)
-        raise
+    finally:
+        if tmp is not None:  # failed or interrupted before the rename
+            _unlink(tmp)
+
+
+def _no_space(path: str, directory: str) -> str:
+    free = _free_bytes(directory)
+    left = f"; {_size(free)} free in {directory}" if free is not None else ""
+    return f"cannot write {path}: no space left on the device{left}"
+
+
+def _umask() -> int:
+    try:  # Linux says it without changing it (os.umask would, for a moment, for all threads)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EBADF, errno.EROFS):  # not syncable here: fine
+            raise
+    finally:
+        os.close(fd)
 
 
 def _unlink(p: str) -> None:

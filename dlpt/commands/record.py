@@ -9,6 +9,7 @@ import re
 import sys
 import traceback
 from types import TracebackType
+from typing import Any
 
 from dlpt.errors import DlptError
 
@@ -69,7 +70,8 @@ def parse_program(module: list[str] | None, program: list[str]) -> tuple[str, st
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.api import _parse_steps
+    from dlpt.api import Abandon, Finishing, _parse_steps
+    from dlpt.store import check_output
 
     mode, target, prog_args = parse_program(args.module, args.program)
     steps = _parse_steps(args.steps)
@@ -77,42 +79,147 @@ def run(args: argparse.Namespace) -> int:
         raise DlptError(f"{target}: no such file")
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
     out = args.output or f"dlpt-{name}.{os.getpid()}.dlpt"
-    if os.path.exists(out) and not args.force:
-        raise DlptError(f"{out} exists; pass --force to overwrite it")
-    out_dir = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(out_dir):
-        raise DlptError(f"{out_dir}: no such directory for the profile")
     if args.window is not None and args.window < 0:
         raise DlptError("--window must not be negative")
+    # Everything that would make the save fail is checked before the program runs: an existing
+    # OUT without --force, a missing or unwritable directory, a nearly full disk.
+    check_output(out, args.force)
     try:
         import torch  # noqa: F401
     except ImportError:
         raise DlptError("recording needs PyTorch; install it (pip install torch) or dlpt[record]") from None
     from dlpt.collectors.torch_recorder import Recorder
-    from dlpt.store import save
 
     command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
     rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps, window=args.window,
                    drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else ())
-    status = _run_program(rec, mode, target, prog_args)
+    job = _Job(rec, out)
+    # Once the program has ended, SIGINT and SIGTERM raise Abandon until dlpt is done:
+    # _run_program installs job.finishing the moment the program ends.
+    job.finishing = Finishing()
     try:
-        prof = rec.stop()
-    except KeyboardInterrupt:
-        print("dlpt: interrupted while finishing the profile; nothing saved", file=sys.stderr)
-        return 130
-    prof.path = out
-    prof.meta["exit_status"] = status
-    save(prof, out, force=True)  # the check above ran before the program: its result is ours
-    n = len(prof.activities)
-    print(f"dlpt: profile saved to {out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
-          f"post-processing {rec.post_seconds:.2f} s)", file=sys.stderr)
-    print(f"dlpt: view it with: dlpt view {out}", file=sys.stderr)
+        status, signum = _run_program(rec, mode, target, prog_args, job.terminate, job.finishing)
+        if signum is not None:
+            print(f"dlpt: saving what was recorded to {out} (Ctrl-C again to abandon it)", file=sys.stderr)
+        status = job.save(status, signum)
+    except Abandon as a:
+        job.abandoned(a.signum)
+        status, signum = 128 + a.signum, a.signum
+    finally:
+        job.finishing.__exit__()
+    if signum is not None:
+        # The program ended by the signal (or we were told to stop while saving): end as python
+        # ends on an unhandled KeyboardInterrupt — exit handlers first, then die by the signal.
+        import atexit
+
+        from dlpt.api import die_by_signal
+
+        atexit._run_exitfuncs()
+        die_by_signal(signum)
     return status
 
 
-def _run_program(rec: object, mode: str, target: str, prog_args: list[str]) -> int:
-    """Run the program as python would, returning its exit status."""
+class _Job:
+    """The recording's end: build the profile, save it, and say what happened."""
+
+    def __init__(self, rec: object, out: str) -> None:
+        self.rec = rec
+        self.out = out
+        self.before = _identity(out)
+        self.finishing: Any = None
+
+    def save(self, status: int, signum: int | None) -> int:
+        """Stop the recorder and save; the exit status dlpt should give.
+
+        When the profile cannot be saved, a failed program keeps its own status (its failure
+        is the news); a program that succeeded gives 2, so that a script relying on the
+        profile does not go on as if it existed."""
+        from dlpt.store import save
+
+        failed = status if status != 0 else 2
+        rec = self.rec
+        try:
+            prof = rec.stop()  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - a bug in dlpt must not take the program's status
+            print(f"dlpt: could not build the profile ({type(e).__name__}: {e}); nothing saved. "
+                  "Please report this with the command line.", file=sys.stderr)
+            return failed
+        prof.path = self.out
+        prof.meta["exit_status"] = status
+        if signum is not None:
+            prof.meta["ended_by"] = _signal_name(signum)
+        try:
+            save(prof, self.out, force=True)  # check_output ran before the program: its result is ours
+        except DlptError as e:
+            kept = f"; {self.out} keeps its previous contents" if self.before else ""
+            print(f"dlpt: the profile could not be saved: {e}{kept}", file=sys.stderr)
+            return failed
+        n = len(prof.activities)
+        print(f"dlpt: profile saved to {self.out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
+              f"post-processing {rec.post_seconds:.2f} s)", file=sys.stderr)  # type: ignore[attr-defined]
+        print(f"dlpt: view it with: dlpt view {self.out}", file=sys.stderr)
+        return status
+
+    def abandoned(self, signum: int) -> None:
+        from dlpt.store import remove_temp_files
+
+        # The store removes its temporary file as the interrupt passes through it; this also
+        # catches one the signal cut off between its creation and the store's cleanup.
+        remove_temp_files(os.path.dirname(os.path.abspath(self.out)), pid=os.getpid())
+        what = _signal_name(signum)
+        now = _identity(self.out)
+        if now is not None and now != self.before:
+            print(f"dlpt: {what} after the profile was saved to {self.out}", file=sys.stderr)
+        elif self.before is not None:
+            print(f"dlpt: {what} while saving: the profile was not saved; {self.out} keeps its "
+                  "previous contents", file=sys.stderr)
+        else:
+            print(f"dlpt: {what} while saving: the profile was not saved", file=sys.stderr)
+
+    def terminate(self, signum: int) -> None:
+        """SIGTERM while the program runs: save, then end as the unhandled signal would have.
+
+        Run inside the signal handler, on top of the program's frames, without unwinding them:
+        with no handler of its own the program would have ended right there, running none of
+        its `finally` blocks or exit handlers, and neither does it here. Dying by the signal
+        (not exit 143) is what a wrapper like `time` or `timeout` passes on: the parent — a
+        shell, a batch scheduler — sees "terminated by SIGTERM" as it would without dlpt."""
+        from dlpt.api import Abandon, die_by_signal
+
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        print(f"dlpt: {_signal_name(signum)}: saving what was recorded to {self.out}", file=sys.stderr)
+        self.finishing.install()
+        try:
+            self.save(128 + signum, signum)
+        except Abandon as a:
+            self.abandoned(a.signum)
+        die_by_signal(signum)
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    return "interrupted (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
+                 on_terminate: object = None, then: object = None) -> tuple[int, int | None]:
+    """Run the program as python would: (exit status, signal that ended it or None)."""
     import runpy
+    import signal
+
+    from dlpt.api import ProgramSignals
 
     saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
     if mode == "script":
@@ -123,22 +230,27 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str]) -> i
         sys.path[0:1] = [os.getcwd()]
         sys.argv = [_module_file(target), *prog_args]
     try:
-        rec.start()  # type: ignore[attr-defined]
-        if mode == "script":
-            runpy.run_path(target, run_name="__main__")
-        else:
-            # alter_sys=False: with True, torch 2.13's profiler names the module's file
-            # "site-packages" and the program's lines are lost; argv[0] is set above instead.
-            runpy.run_module(target, run_name="__main__", alter_sys=False)
-        return 0
+        with ProgramSignals(on_terminate, then):  # type: ignore[arg-type]
+            rec.start()  # type: ignore[attr-defined]
+            if mode == "script":
+                runpy.run_path(target, run_name="__main__")
+            else:
+                # alter_sys=False: with True, torch 2.13's profiler names the module's file
+                # "site-packages" and the program's lines are lost; argv[0] is set above instead.
+                runpy.run_module(target, run_name="__main__", alter_sys=False)
+        return 0, None
     except SystemExit as e:
-        return _exit_status(e.code)
+        return _exit_status(e.code), None
     except KeyboardInterrupt as e:
         _print_program_traceback(e)
-        return 130
+        return 130, signal.SIGINT
     except BaseException as e:  # noqa: BLE001 - the program's failure is reported as python would
+        from dlpt.api import Abandon
+
+        if isinstance(e, Abandon):
+            raise
         _print_program_traceback(e)
-        return 1
+        return 1, None
     finally:
         sys.stdout.flush()
         sys.argv = saved_argv
@@ -177,7 +289,8 @@ _OWN = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)
 
 
 def _print_program_traceback(e: BaseException) -> None:
-    """The traceback python would print: the program's frames only, not dlpt's or runpy's."""
+    """The traceback python would print: the program's frames only, not dlpt's or runpy's
+    (neither runpy's at the top nor dlpt's SIGINT handler at the bottom)."""
     import runpy
 
     tb: TracebackType | None = e.__traceback__
@@ -185,6 +298,9 @@ def _print_program_traceback(e: BaseException) -> None:
     while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
                               or os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(skip)):
         tb = tb.tb_next
+    te = traceback.TracebackException(type(e), e, tb)
+    while len(te.stack) > 1 and os.path.abspath(te.stack[-1].filename).startswith(_OWN):
+        te.stack.pop()
     sys.stdout.flush()
-    traceback.print_exception(type(e), e, tb, file=sys.stderr)
+    print("".join(te.format()), end="", file=sys.stderr)
     sys.stderr.flush()
