@@ -336,6 +336,8 @@ class Recorder:
         backward: list[tuple[Any, int, int, int, int]] = []
         bwd_frame = frames.intern(BACKWARD_FRAME)
         cpu_node, cpu_self = out.cpu_node, out.cpu_self
+        # Device events find their op by correlation id; without a GPU there are none.
+        link_ops = self.cuda
 
         def at_site(ctx: int, c: Any) -> int:
             file, line, func = c.file_name, c.line_number, c.function_name
@@ -397,7 +399,8 @@ class Recorder:
                             fwd_tids[seq] = {tid}
                         elif tid not in ts:
                             ts.add(tid)
-                    op_node[n.correlation_id] = node
+                    if link_ops:
+                        op_node[n.correlation_id] = node
                     if row >= 0:
                         # An op inside an op: a span where a runtime call filed under the outer
                         # op may have been made.
@@ -462,6 +465,11 @@ class Recorder:
                                 # Python code inside the op made it; placed once the op's inner
                                 # calls are all known (they follow it among the op's children).
                                 rt_row[corr] = (row, n)
+                            if row >= 0 and ctx == cpu_node[row]:
+                                # A runtime call right under an op is one torch linked to the op:
+                                # its children are only its own device events (same correlation,
+                                # nothing to add), so their wrappers are not made at all.
+                                continue
                     for c in reversed(n.children):
                         push((c, ctx, src, row, par))
 
@@ -515,52 +523,63 @@ class Recorder:
         return w
 
     def _device_events(self, kr: Any, w: _Walked) -> None:
-        """Device activities, each under the most specific context of its launch."""
+        """Device activities, each under the most specific context of its launch. The events
+        list holds every host op and runtime call too (about 3 events a kernel); they are sifted
+        and read a column at a time through `map`, with no Python loop body per event."""
+        if not self.cuda:
+            return  # only CPU activity was asked of the profiler: no device events
         stats = self.link_stats
         cpu = _CPU(self.torch)
         events = kr.events()
-        has_type = bool(events) and hasattr(events[0], "activity_type")
-        has_annot = bool(events) and hasattr(events[0], "is_user_annotation")
-        rt_row = w.rt_row
-        host_of: dict[str, bool] = {}  # activity type → host side, asked once per type
-        dev: list[tuple[Any, int]] = []
-        for e in events:
-            if has_type:
-                at = e.activity_type()
-                k = _DEVICE_KINDS.get(at)
-                if k is None:
-                    host = host_of.get(at)
-                    if host is None:
-                        host = host_of[at] = e.device_type() == cpu
-                    if not host:
-                        stats["skipped:" + str(at)] += 1  # gpu_user_annotation is not GPU time
-                    continue
-            else:
-                if e.device_type() == cpu:
-                    continue
-                # torch before 2.12 has no activity_type(): the kind is in the name.
-                if has_annot and e.is_user_annotation():
-                    stats["skipped:user_annotation"] += 1
-                    continue
-                name = e.name()
-                k = -1 if name.startswith("Memcpy") else MEMSET if name.startswith("Memset") else KERNEL
-            dev.append((e, k))
+        if not events:
+            return
+        KE = type(events[0])
+        if hasattr(KE, "activity_type"):
+            ats = list(map(KE.activity_type, events))
+            host_of: dict[str, bool] = {}  # activity type → host side, asked once per type
+            for i, at in enumerate(ats):
+                if at not in host_of and at not in _DEVICE_KINDS:
+                    host_of[at] = events[i].device_type() == cpu
+            dev_types = {at for at, host in host_of.items() if not host}
+            for at in dev_types:
+                stats["skipped:" + str(at)] += ats.count(at)  # gpu_user_annotation is not GPU time
+            dev = [e for e, at in zip(events, ats) if at in _DEVICE_KINDS]
+            kinds = [_DEVICE_KINDS[at] for at in ats if at in _DEVICE_KINDS]
+            names = list(map(KE.name, dev))
+        else:
+            # torch before 2.12 has no activity_type(): the kind is in the name.
+            dev = [e for e, dt in zip(events, map(KE.device_type, events)) if dt != cpu]
+            if dev and hasattr(KE, "is_user_annotation"):
+                annot = list(map(KE.is_user_annotation, dev))
+                if any(annot):
+                    stats["skipped:user_annotation"] += sum(annot)
+                    dev = [e for e, u in zip(dev, annot) if not u]
+            names = list(map(KE.name, dev))
+            kinds = [-1 if nm.startswith("Memcpy") else MEMSET if nm.startswith("Memset") else KERNEL for nm in names]
+        del events
+        if not dev:
+            return
+        corrs = list(map(KE.correlation_id, dev))
 
         # The runtime call's own place in the tree is the most specific context (a kernel
         # launched by Python code inside an op, e.g. a custom Function's forward, lands on that
         # line); the launching op comes next; graph replays and Triton launches have only the
         # runtime call.
-        rt_node, op_node = w.rt_node, w.op_node
+        rt_node, rt_row, op_node = w.rt_node, w.rt_row, w.op_node
         child = self.builder.child
-        out = self.out
+        frames = self.frames
         no_launch = -1
-        leaf_cache: dict[tuple[int, str], int] = {}
         n_rt = n_op = n_un = 0
-        for e, k in dev:
-            name = e.name()
+        leaf_cache: dict[tuple[int, str], int] = {}
+        edge: dict[tuple[int, int], int] = {}
+        nodes: list[int] = []
+        leaves: list[int] = []
+        linked: list[int] | None = None
+        for i, corr in enumerate(corrs):
+            name = names[i]
+            k = kinds[i]
             if k < 0:
-                k = copy_kind(name)
-            corr = e.correlation_id()
+                k = kinds[i] = copy_kind(name)
             node = rt_node.get(corr, -1)
             if node >= 0:
                 n_rt += 1
@@ -570,26 +589,35 @@ class Recorder:
                     # runtime call started (its own start, on the op's thread).
                     node = w.innermost(rr[0], rr[1], node)
             else:
-                node = op_node.get(e.linked_correlation_id(), -1) if op_node else -1
+                if linked is None:
+                    linked = list(map(KE.linked_correlation_id, dev))
+                node = op_node.get(linked[i], -1)
                 if node >= 0:
                     n_op += 1
-            if node < 0:
-                n_un += 1
-                if no_launch < 0:
-                    no_launch = child(0, self.frames.intern(unattributed_frame(NO_LAUNCH)))
-                node = no_launch
+                else:
+                    n_un += 1
+                    if no_launch < 0:
+                        no_launch = child(0, frames.intern(unattributed_frame(NO_LAUNCH)))
+                    node = no_launch
             lk = (k, name)
             lf = leaf_cache.get(lk)
             if lf is None:
-                lf = leaf_cache[lk] = self.frames.intern(Frame(_LEAF_KIND.get(k, "memcpy"), name))
-            out.node.append(child(node, lf))
-            out.kind.append(k)
-            out.name.append(lf)
-            out.device.append(int(e.device_index()))
-            out.stream.append(int(e.device_resource_id()))
-            out.start.append(int(e.start_ns()))
-            out.duration.append(int(e.duration_ns()))
-            out.nbytes.append(_nbytes(e))
+                lf = leaf_cache[lk] = frames.intern(Frame(_LEAF_KIND.get(k, "memcpy"), name))
+            ek = (node, lf)
+            leaf = edge.get(ek)
+            if leaf is None:
+                leaf = edge[ek] = child(node, lf)
+            nodes.append(leaf)
+            leaves.append(lf)
+        out = self.out
+        out.node += nodes
+        out.kind += kinds
+        out.name += leaves
+        out.device += map(int, map(KE.device_index, dev))
+        out.stream += map(int, map(KE.device_resource_id, dev))
+        out.start += map(int, map(KE.start_ns, dev))
+        out.duration += map(int, map(KE.duration_ns, dev))
+        out.nbytes += map(_nbytes, dev)
         for key, v in (("runtime", n_rt), ("op", n_op), ("unlinked", n_un)):
             if v:
                 stats[key] += v
