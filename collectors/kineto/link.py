@@ -414,17 +414,35 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
         nd = node_of[i]
         if nd >= 0:
             return nd
-        # The common case, without the general walk: a span whose parent already has a node.
-        p = parent[i]
-        if p >= 0 and i not in fwd_of:
+        # The common case without the general walk: climb the parents (no backward link, not
+        # top-level) up to one that has a node, then make the nodes on the way back down. It
+        # marks and unmarks `busy` and creates nodes in the same order as `resolve_walk` would,
+        # so the tree comes out numbered the same.
+        chain = []
+        j = i
+        while j not in fwd_of:
+            p = parent[j]
+            if p < 0:
+                break
+            chain.append(j)
+            busy[j] = True
             nd = node_of[p]
             if nd >= 0:
-                fr = frame_of(i)
+                j = -1
+                break
+            j = p
+        if j >= 0:
+            nd = resolve_walk(j)
+        for k in reversed(chain):
+            if node_of[k] >= 0:  # made meanwhile, through a link of a damaged trace
+                nd = node_of[k]
+            else:
+                fr = frame_of(k)
                 if fr >= 0:
                     nd = child(nd, fr)
-                node_of[i] = nd
-                return nd
-        return resolve_walk(i)
+                node_of[k] = nd
+            busy[k] = False
+        return nd
 
     def resolve_walk(i: int) -> int:
         stack = [i]
