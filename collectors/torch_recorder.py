@@ -60,6 +60,37 @@ def active() -> Recorder | None:
     return _ACTIVE
 
 
+# torch's Python tracer keeps borrowed `const char*` pointers into each code object's
+# `co_filename` and `co_name` and reads them only when the profiler stops. A code object run
+# once and freed while recording — the module run by `dlpt record -m` (runpy drops it and its
+# globals when the module ends), the body of every module imported meanwhile, exec'd strings —
+# leaves them dangling: the file then reads as "site-packages", the function as "grad", or the
+# bytes are not UTF-8 at all. Every such code reaches `exec` (import, runpy, eval and exec all
+# go through it), which raises the "exec" audit event with the code object: holding it keeps
+# its strings alive until the profile is built.
+_KEPT: list[Any] | None = None
+_AUDIT_HOOKED = False
+
+
+def _keep_code(event: str, args: tuple[Any, ...]) -> None:
+    if event == "exec":
+        kept = _KEPT
+        if kept is not None:
+            kept.append(args[0])
+
+
+def _keep_code_objects(on: bool) -> None:
+    global _KEPT, _AUDIT_HOOKED
+    if on:
+        _KEPT = []
+        if not _AUDIT_HOOKED:
+            # An audit hook cannot be removed; outside a recording it returns at once.
+            sys.addaudithook(_keep_code)
+            _AUDIT_HOOKED = True
+    else:
+        _KEPT = None
+
+
 class Recorder:
     """Record a region of a program: `start()`, run it, `stop()` → `Profile`.
 
@@ -101,7 +132,8 @@ class Recorder:
         self._path_roots: list[str] = [os.path.dirname(os.path.abspath(f)) for f in drop_files]
         # Files whose frames are left out of paths: `dlpt record`'s console script, which sits
         # outside every library folder and would otherwise head each path as "source".
-        self._drop = frozenset(os.path.abspath(f) for f in drop_files)
+        # Also this file: its audit hook and thread wrapper run inside the program's calls.
+        self._drop = frozenset(os.path.abspath(f) for f in (*drop_files, __file__))
         self.started_at = time.time()
 
     # ----- lifecycle -----
@@ -111,6 +143,7 @@ class Recorder:
         if _ACTIVE is not None and _ACTIVE is not self:
             raise RuntimeError("dlpt is already recording in this process")
         _ACTIVE = self
+        _keep_code_objects(True)
         self._remember_paths()
         self._install_hooks()
         if not self.cuda and not self.quiet:
@@ -128,6 +161,7 @@ class Recorder:
             self._remove_hooks()
             if _ACTIVE is self:
                 _ACTIVE = None
+                _keep_code_objects(False)  # every window is folded: the names were read
         return self._finish()
 
     def step(self, explicit: bool = False) -> None:
@@ -340,7 +374,11 @@ class Recorder:
         link_ops = self.cuda
 
         def at_site(ctx: int, c: Any) -> int:
-            file, line, func = c.file_name, c.line_number, c.function_name
+            try:
+                file, line, func = c.file_name, c.line_number, c.function_name
+            except UnicodeDecodeError:
+                # A name torch read from freed memory (see `_KEPT`): keep the work, lose the name.
+                file, line, func = "<undecodable>", c.line_number, "<undecodable>"
             key = (ctx, file, line, func)
             node = site.get(key)
             if node is None:

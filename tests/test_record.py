@@ -197,8 +197,6 @@ def test_module_mode(tmp_path: Path) -> None:
     assert "aten::ones" in names and prof.cct.inclusive[0, CPU] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="known: under -m, torch's profiler reports the module's file "
-                   "as 'site-packages' (stale file name); lines are right, the file is not")
 def test_module_mode_lines(tmp_path: Path) -> None:
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
@@ -208,6 +206,28 @@ def test_module_mode_lines(tmp_path: Path) -> None:
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert lines_with_time(dlpt.load(str(tmp_path / "m.dlpt")), "train.py").get(2, 0) > 0
+
+
+def test_module_mode_lines_repeat(tmp_path: Path) -> None:
+    """The module's file names survive also where the module defines functions and imports more
+    modules of its own while recording (their code objects are freed too)."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("import torch\nH = torch.zeros(3).sum()  # HELPER\n")
+    (pkg / "train.py").write_text("import torch\n\ndef f():\n    return torch.ones(4).sum()  # F\n\n"
+                                  "import mypkg.helper\nf()\nx = torch.full((2,), 1.0).sum()  # TOP\n")
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp_path / "m.dlpt"))
+    got = lines_with_time(prof, "train.py")
+    assert got.get(4, 0) > 0 and got.get(8, 0) > 0, got
+    assert lines_with_time(prof, "helper.py").get(2, 0) > 0
+    # Module bodies keep their name: "<module>", not whatever reused the freed string's memory.
+    funcs = {(os.path.basename(fr.file), fr.line): fr.function for fr in prof.frames if fr.kind == "python"}
+    assert funcs.get(("helper.py", 2)) == "<module>" and funcs.get(("train.py", 8)) == "<module>", funcs
+    assert not any("site-packages" in f and f.endswith("train.py") for f in prof.sources)
 
 
 STEPS = """\
