@@ -303,3 +303,32 @@ def test_recorded_gpu_profiles(name: str) -> None:
     s = summary(prof)
     assert s["attributed_to_source"] >= 0.99 * s["gpu_time"] and s["backward_time"] > 0
     assert any(f.endswith(".py") for f in prof.sources)
+
+
+def test_innermost_span_of_a_runtime_call() -> None:
+    """Placement of a runtime call that torch filed under an op: the innermost call or op inside
+    that op instance open at the call's start, found through the enclosing spans."""
+    from dlpt.collectors.torch_recorder import _Walked
+
+    class Rt:  # the one field `innermost` reads of a profiler node
+        def __init__(self, t: int) -> None:
+            self.start_time_ns = t
+
+    w = _Walked()
+    # op row 0 holds: A [10, 50) ⊃ B [20, 30), then C [60, 70); row 1 (another instance) D [100, 200).
+    for s, e, ctx, par in ((10, 50, 1, -1), (20, 30, 2, 0), (60, 70, 3, -1), (100, 200, 4, -1)):
+        w.sp_start.append(s)
+        w.sp_end.append(e)
+        w.sp_ctx.append(ctx)
+        w.sp_par.append(par)
+    w.op_lo.update({0: 0, 1: 3})
+    w.op_hi.update({0: 3, 1: 4})
+    assert w.innermost(0, Rt(25), 9) == 2  # inside B
+    assert w.innermost(0, Rt(35), 9) == 1  # after B ended, still in A
+    assert w.innermost(0, Rt(20), 9) == 2  # a span holds its start
+    assert w.innermost(0, Rt(30), 9) == 1  # ... not its end
+    assert w.innermost(0, Rt(55), 9) == 9  # between A and C: the op itself
+    assert w.innermost(0, Rt(5), 9) == 9
+    assert w.innermost(0, Rt(150), 9) == 9  # D belongs to another op instance
+    assert w.innermost(1, Rt(150), 9) == 4
+    assert w.innermost(2, Rt(150), 9) == 9  # an op with no inner spans
