@@ -75,6 +75,15 @@ def run_child(cmd: list[str]) -> tuple[float, float]:
     return wall, ru.ru_maxrss / 1024.0  # Linux: kilobytes
 
 
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return slope, my - slope * mx
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="4,8,16,29", help="repeats of gpt_train (18k events each)")
@@ -117,6 +126,17 @@ def main() -> None:
     for events, mb, dt, dm, ht, hm in rows:
         print(f"| {events:,} | {mb:.0f} | {dt:.2f} | {ht:.2f} | {ht / dt:.1f}× | {dm:.0f} | {hm:.0f} | "
               f"{dm / hm:.2f} | {1e6 * dt / events:.2f} | {1e6 * ht / events:.2f} |")
+    if len(rows) >= 2:
+        # Linearity: a least-squares line through the medians, and how far any size is from it.
+        ev = [r[0] for r in rows]
+        print()
+        for label, col, unit, scale in (("dlpt time", 2, "µs", 1e6), ("HTA time", 4, "µs", 1e6),
+                                        ("dlpt peak memory", 3, "kB", 1e3), ("HTA peak memory", 5, "kB", 1e3)):
+            ys = [r[col] for r in rows]
+            slope, icpt = _fit(ev, ys)
+            dev = max(abs(y - (icpt + slope * x)) / y for x, y in zip(ev, ys))
+            print(f"{label}: {icpt:.2f} + {slope * scale:.3f} {unit}/event × events "
+                  f"(largest deviation from the line {100 * dev:.1f}%)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"hta": hta_version, "runs": raw}, fh, indent=1)
