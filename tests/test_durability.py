@@ -60,6 +60,20 @@ def big_program(n: int = 6000, loop: bool = True, status: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def as_at_a_terminal(then=None):
+    """preexec_fn: SIGINT and SIGTERM at their defaults, as for a program started from a shell
+    prompt; a test run started in the background inherits SIGINT ignored, which dlpt (like
+    python) keeps ignored."""
+
+    def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if then is not None:
+            then()
+
+    return preexec
+
+
 class Rec:
     """A `dlpt record` subprocess: stdout is a pipe (markers), stderr goes to a file."""
 
@@ -71,7 +85,7 @@ class Rec:
         self.err_file = open(self.err_path, "w")
         self.p = subprocess.Popen([sys.executable, "-m", "dlpt", "record", "-o", out, *extra, name],
                                   cwd=tmp, stdout=subprocess.PIPE, stderr=self.err_file, text=True,
-                                  preexec_fn=preexec)
+                                  preexec_fn=as_at_a_terminal(preexec))
         self.stdout = ""
 
     def wait_stdout(self, marker: str, timeout: float = START) -> None:
@@ -109,7 +123,7 @@ def temps(d: Path) -> list[str]:
 
 def run_dlpt(*args: str, cwd: Path, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dlpt", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=START, preexec_fn=preexec)
+                          timeout=START, preexec_fn=as_at_a_terminal(preexec))
 
 
 def one_dlpt_line(stderr: str) -> str:
@@ -165,7 +179,8 @@ def test_sigterm_saves_then_dies_by_sigterm_like_the_program(tmp_path: Path) -> 
     assert temps(tmp_path) == []
     # As under plain python, an unhandled SIGTERM runs no finally block: the same here.
     assert not (tmp_path / "finally_ran").exists()
-    plain = subprocess.Popen([sys.executable, "prog.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    plain = subprocess.Popen([sys.executable, "prog.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                             preexec_fn=as_at_a_terminal())
     assert "IN_LOOP" in plain.stdout.readline()
     plain.send_signal(signal.SIGTERM)
     assert plain.wait(timeout=START) == rc
@@ -182,6 +197,19 @@ def test_the_programs_own_sigterm_handler_is_respected(tmp_path: Path) -> None:
     assert rc == 7 and "HANDLED" in r.stdout, r.stderr
     assert (tmp_path / "finally_ran").exists()
     assert dlpt.load(str(tmp_path / "run.dlpt")).meta["exit_status"] == 7
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path: Path) -> None:
+    """Under nohup or a batch system SIGINT is ignored; python keeps it so, and so does dlpt."""
+    r = Rec(tmp_path, LOOP, preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    r.wait_stdout("IN_LOOP")
+    r.signal(signal.SIGINT)
+    time.sleep(1.0)  # a non-event has no marker: give the signal time to do harm, then look
+    assert r.p.poll() is None, r.stderr  # still running
+    r.signal(signal.SIGTERM)
+    assert r.finish() == -signal.SIGTERM, r.stderr
+    assert "KeyboardInterrupt" not in r.stderr
+    assert dlpt.load(str(tmp_path / "run.dlpt")).meta["ended_by"] == "SIGTERM"
 
 
 def test_second_ctrl_c_while_saving_abandons_and_keeps_the_old_file(tmp_path: Path) -> None:
@@ -322,7 +350,7 @@ def test_api_checks_before_the_block_and_saves_on_sigterm(tmp_path: Path) -> Non
                           "  while True:").replace("finally:\n    open", "if 0:\n    open")
     (tmp_path / "api.py").write_text(script)
     p = subprocess.Popen([sys.executable, "api.py"], cwd=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=as_at_a_terminal())
     assert "IN_LOOP" in p.stdout.readline()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=START)
