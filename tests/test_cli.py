@@ -130,3 +130,24 @@ def test_without_gpu_activity_reports_host_op_time(tmp_path):
     assert json.loads(r.stdout)["metric"] == "cpu_time"
     r = dlpt("report", str(trace_path("gpt_train")), "--format", "json")
     assert json.loads(r.stdout)["metric"] == "gpu_time" and "cpu_time" not in r.stderr
+
+
+def test_output_to_a_pipe_or_device_writes_into_it(tmp_path):
+    """`-o /dev/null` or a FIFO: the output goes into it; renaming a temporary file over it
+    would replace the node itself."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    r = dlpt("export", str(trace_path("threaded")), "-o", str(fifo))
+    reader.join(60)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert json.loads(got[0])["schema"] == "dlpt.hotspots/1"
+    r = dlpt("report", str(trace_path("threaded")), "-o", str(tmp_path))
+    assert r.returncode == 2 and "is a directory" in r.stderr

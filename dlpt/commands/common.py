@@ -65,6 +65,17 @@ def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
         write(sys.stdout)
         sys.stdout.flush()
         return
+    if os.path.exists(path) and not os.path.isfile(path):
+        if os.path.isdir(path):
+            raise DlptError(f"{path} is a directory; give a file name for the output")
+        # A device or a pipe (/dev/null, /dev/stdout, a FIFO): write into it. Renaming a
+        # temporary file over it would replace the device node itself.
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                write(f)
+        except OSError as e:
+            raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
+        return
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise DlptError(f"{directory}: no such directory for {path}")
