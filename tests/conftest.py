@@ -30,3 +30,25 @@ def raw_events(name: str) -> list[dict]:
 @pytest.fixture(params=TRACE_NAMES)
 def trace_name(request) -> str:
     return request.param
+
+
+def synthetic_profile(paths, source: str = "record", sources: dict[str, str] | None = None):
+    """A profile from (call path, kernel ns) pairs, each path ending in a kernel frame: for
+    cases no real trace shows (moved lines, recursion, hostile names)."""
+    import numpy as np
+
+    from dlpt.cct import CCT, TreeBuilder
+    from dlpt.frames import Frame, FrameTable
+    from dlpt.metrics import COL, METRICS
+    from dlpt.profile import Profile
+
+    ft = FrameTable([Frame("root", "synthetic")])
+    b = TreeBuilder(0)
+    leaves = [(b.path([ft.intern(f) for f in frames]), ns) for frames, ns in paths]
+    parent, frame, new_of_old = b.preorder()
+    exc = np.zeros((len(parent), len(METRICS)), dtype=np.int64)
+    for node, ns in leaves:
+        exc[new_of_old[node], COL["gpu_time"]] += ns
+        exc[new_of_old[node], COL["kernel_time"]] += ns
+        exc[new_of_old[node], COL["kernel_count"]] += 1
+    return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": source}, sources=sources or {})

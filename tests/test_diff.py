@@ -7,15 +7,13 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-from conftest import trace_path
+from conftest import synthetic_profile, trace_path
 
 import dlpt
-from dlpt.cct import CCT, TreeBuilder
 from dlpt.diff import diff_json, diff_profiles, render_text
-from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import COL, METRICS
+from dlpt.frames import Frame
+from dlpt.metrics import COL
 from dlpt.profile import Profile
 from dlpt.views import GROUPINGS
 
@@ -23,18 +21,6 @@ from dlpt.views import GROUPINGS
 @functools.cache
 def prof(name: str) -> Profile:
     return dlpt.load(str(trace_path(name)))
-
-
-def make_profile(paths: list[tuple[list[Frame], int]], sources: dict[str, str] | None = None) -> Profile:
-    ft = FrameTable([Frame("root", "synthetic")])
-    b = TreeBuilder(0)
-    leaves = [(b.path([ft.intern(f) for f in frames]), ns) for frames, ns in paths]
-    parent, frame, new_of_old = b.preorder()
-    exc = np.zeros((len(parent), len(METRICS)), dtype=np.int64)
-    for node, ns in leaves:
-        exc[new_of_old[node], COL["gpu_time"]] += ns
-        exc[new_of_old[node], COL["kernel_time"]] += ns
-    return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": "record"}, sources=sources or {})
 
 
 @pytest.mark.parametrize("by", GROUPINGS)
@@ -74,10 +60,10 @@ def test_shifted_lines_match_by_code_then_function():
     k = Frame("kernel", "gemm")
     src_a = "\n".join(f"l{i}" for i in range(1, 9)).replace("l3", "x = conv(x)").replace("l4", "x = relu(x)")
     src_b = "\n".join(f"l{i}" for i in range(1, 11)).replace("l5", "x = conv(x)").replace("l6", "x = relu(x)")
-    a = make_profile([([Frame("python", "", "m.py", 3, "fwd"), k], 100),
-                      ([Frame("python", "", "m.py", 4, "fwd"), k], 50)], {"m.py": src_a})
-    b = make_profile([([Frame("python", "", "m.py", 5, "fwd"), k], 130),
-                      ([Frame("python", "", "m.py", 6, "fwd"), k], 40)], {"m.py": src_b})
+    a = synthetic_profile([([Frame("python", "", "m.py", 3, "fwd"), k], 100),
+                      ([Frame("python", "", "m.py", 4, "fwd"), k], 50)], sources={"m.py": src_a})
+    b = synthetic_profile([([Frame("python", "", "m.py", 5, "fwd"), k], 130),
+                      ([Frame("python", "", "m.py", 6, "fwd"), k], 40)], sources={"m.py": src_b})
     d = diff_profiles(a, b, by="line")
     rows = {(r.a.frame.line if r.a else None, r.b.frame.line if r.b else None): r for r in d.rows}
     assert rows[(3, 5)].match == "code" and rows[(3, 5)].delta == 30
@@ -94,9 +80,9 @@ def test_shifted_lines_match_by_code_then_function():
 
 def test_same_line_number_other_code_is_not_matched_by_line():
     k = Frame("kernel", "gemm")
-    a = make_profile([([Frame("python", "", "m.py", 2, "fwd"), k], 10)], {"m.py": "a = 1\nx = conv(x)\n"})
-    b = make_profile([([Frame("python", "", "m.py", 2, "fwd"), k], 10),
-                      ([Frame("python", "", "m.py", 3, "fwd"), k], 10)], {"m.py": "a = 1\ny = new(y)\nx = conv(x)\n"})
+    a = synthetic_profile([([Frame("python", "", "m.py", 2, "fwd"), k], 10)], sources={"m.py": "a = 1\nx = conv(x)\n"})
+    b = synthetic_profile([([Frame("python", "", "m.py", 2, "fwd"), k], 10),
+                      ([Frame("python", "", "m.py", 3, "fwd"), k], 10)], sources={"m.py": "a = 1\ny = new(y)\nx = conv(x)\n"})
     d = diff_profiles(a, b, by="line")
     got = {(r.a.frame.line if r.a else None, r.b.frame.line if r.b else None): r.match for r in d.rows}
     assert got[(2, 3)] == "code" and got[(None, 2)] == "added"

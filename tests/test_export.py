@@ -14,11 +14,10 @@ import networkx as nx
 import numpy as np
 import pydot
 import pytest
-from conftest import TRACE_NAMES, trace_path
+from conftest import TRACE_NAMES, synthetic_profile, trace_path
 
 import dlpt
-from dlpt.cct import CCT, TreeBuilder
-from dlpt.frames import Frame, FrameTable
+from dlpt.frames import Frame
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.viewers.exporters import ExportOptions, formats, get_exporter
@@ -39,20 +38,6 @@ def export(profile: Profile, fmt: str, **opts) -> str:
 def totals(p: Profile) -> dict[str, int]:
     t = p.cct.exclusive.sum(axis=0)
     return {m: int(t[COL[m]]) for m in METRICS}
-
-
-def make_profile(paths: list[tuple[list[Frame], int]], source: str = "record") -> Profile:
-    """A profile from (call path, kernel ns) pairs: each path ends in a kernel frame."""
-    ft = FrameTable([Frame("root", "synthetic")])
-    b = TreeBuilder(0)
-    leaves = [(b.path([ft.intern(f) for f in frames]), ns) for frames, ns in paths]
-    parent, frame, new_of_old = b.preorder()
-    exc = np.zeros((len(parent), len(METRICS)), dtype=np.int64)
-    for node, ns in leaves:
-        exc[new_of_old[node], COL["gpu_time"]] += ns
-        exc[new_of_old[node], COL["kernel_time"]] += ns
-        exc[new_of_old[node], COL["kernel_count"]] += 1
-    return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": source})
 
 
 def test_registry_lists_every_interop_format():
@@ -156,7 +141,7 @@ def test_folded_stacks_are_call_paths_and_hide_library_by_default():
 
 
 def test_folded_names_cannot_break_the_format():
-    p = make_profile([([Frame("python", "f", "a;b.py", 3, "f"), Frame("kernel", "k;1\nx")], 7)])
+    p = synthetic_profile([([Frame("python", "f", "a;b.py", 3, "f"), Frame("kernel", "k;1\nx")], 7)])
     rows = parse_folded(export(p, "folded"))
     assert rows == [(["a,b.py:3 f", "k,1 x"], 7)]
 
@@ -214,7 +199,7 @@ def test_call_graph_collapses_recursion_to_a_cycle():
     g = Frame("python", "g", "a.py", 9, "g")
     f2 = Frame("python", "f", "a.py", 4, "f")
     k = Frame("kernel", "gemm")
-    p = make_profile([([f1, g, f2, g, k], 10), ([f1, k], 5)])
+    p = synthetic_profile([([f1, g, f2, g, k], 10), ([f1, k], 5)])
     cg = p.call_graph()
     fid, gid = "python:a.py:f", "python:a.py:g"
     assert cg.has_edge(fid, gid) and cg.has_edge(gid, fid)
@@ -276,7 +261,7 @@ def test_dot_parses_with_pydot_and_keeps_metrics(name):
 
 def test_dot_quotes_hostile_names():
     name = 'void k<"a">::{lambda()#1}\\x\nnext'
-    p = make_profile([([Frame("op", "aten::mm"), Frame("kernel", name)], 42)])
+    p = synthetic_profile([([Frame("op", "aten::mm"), Frame("kernel", name)], 42)])
     (g,) = pydot.graph_from_dot_data(export(p, "dot"))
     names = [_unquote(n.get_attributes()["fullname"]) for n in g.get_nodes() if "fullname" in n.get_attributes()]
     assert name in names
