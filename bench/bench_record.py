@@ -80,17 +80,34 @@ else:
 if dev == "cuda":
     torch.cuda.synchronize()
 run_s = time.perf_counter() - t0
+cp = None
+if spec.get("cprofile"):
+    # Around the fold only: torch's own tracer holds the profile hook until its stop.
+    import cProfile
+    cp = cProfile.Profile()
+    ingest = rec._ingest
+    def profiled(kr):
+        cp.enable()
+        try:
+            ingest(kr)
+        finally:
+            cp.disable()
+    rec._ingest = profiled
 t0 = time.perf_counter()
 prof = rec.stop()
 stop_s = time.perf_counter() - t0
+if cp is not None:
+    import pstats
+    with open(spec["cprofile"], "w") as f:
+        pstats.Stats(cp, stream=f).sort_stats("tottime").print_stats(25)
 print(json.dumps({"run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
-                  "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
+                  "parts": dict(rec.post_parts), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
                   "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__}))
 """
 
 
-def run_one(workload: str, iters: int, recorder: str | None) -> dict:
-    spec = json.dumps({"workload": workload, "iters": iters, "recorder": recorder})
+def run_one(workload: str, iters: int, recorder: str | None, cprofile: str | None = None) -> dict:
+    spec = json.dumps({"workload": workload, "iters": iters, "recorder": recorder, "cprofile": cprofile})
     r = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True, timeout=1200)
     if r.returncode != 0:
         raise SystemExit(f"{workload} x{iters} failed:\n{r.stderr[-3000:]}")
@@ -105,12 +122,16 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every size")
     ap.add_argument("--baseline", metavar="OLD.py", help="another torch_recorder.py to time alongside")
     ap.add_argument("--json", metavar="PATH", help="write all runs here")
+    ap.add_argument("--cprofile", metavar="DIR", help="also write a cProfile of each first stop() here")
+    ap.add_argument("--sizes", metavar="N,N", help="iterations for every workload (default: per workload)")
     a = ap.parse_args()
     if importlib.util.find_spec("torch") is None:
         raise SystemExit("bench_record needs torch")
     # Iterations per workload for ~50k and ~100k GPU events (flat/deep: 4 kernels an iteration).
     sizes = {"flat": [12_500, 25_000], "deep": [12_500, 25_000], "train": [1_000, 2_000]}
     repeats = 1 if a.quick else a.repeats
+    if a.sizes:
+        sizes = {k: [int(x) for x in a.sizes.split(",")] for k in sizes}
     if a.quick:
         sizes = {k: [v[0] // 4] for k, v in sizes.items()}
     versions = [("new", None)] + ([("baseline", os.path.abspath(a.baseline))] if a.baseline else [])
@@ -120,11 +141,14 @@ def main() -> None:
             iters = max(1, int(iters * a.scale))
             for rep in range(repeats):
                 for vname, path in versions:  # interleaved: load on the machine falls on both alike
-                    r = run_one(wl, iters, path)
+                    cpf = (os.path.join(a.cprofile, f"cprofile_{vname}_{wl}_{iters}.txt")
+                           if a.cprofile and rep == 0 else None)
+                    r = run_one(wl, iters, path, cpf)
                     r.update(workload=wl, iters=iters, version=vname, repeat=rep)
                     runs.append(r)
                     print(f"  {vname:8s} {wl:5s} x{iters:<6d} ops {r['ops']:>8,} gpu {r['gpu_events']:>8,} "
-                          f"torch stop {r['torch_stop_s']:6.2f}s dlpt {r['post_s']:6.2f}s", file=sys.stderr, flush=True)
+                          f"torch stop {r['torch_stop_s']:6.2f}s dlpt {r['post_s']:6.2f}s "
+                          + " ".join(f"{k} {v:.2f}" for k, v in r.get("parts", {}).items()), file=sys.stderr, flush=True)
     rows = []
     for wl in a.workloads.split(","):
         for iters in sorted({r["iters"] for r in runs if r["workload"] == wl}):

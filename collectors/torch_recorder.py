@@ -117,6 +117,8 @@ class Recorder:
         self.skipped = 0
         self.unlinked_backward = 0
         self.post_seconds = 0.0
+        # Where post-processing time goes (seconds): tree, walk, device, drop, finish.
+        self.post_parts: collections.Counter[str] = collections.Counter()
         self.link_stats: collections.Counter[str] = collections.Counter()
         self.done = False
         self._prof: Any = None
@@ -221,8 +223,11 @@ class Recorder:
             self._ingest(prof.profiler.kineto_results)
         finally:
             # Drop the window's events before the next one starts: memory stays bounded.
+            t1 = time.perf_counter()
             prof.profiler.kineto_results = None
-            self.post_seconds += time.perf_counter() - t0
+            t2 = time.perf_counter()
+            self.post_parts["drop"] += t2 - t1
+            self.post_seconds += t2 - t0
 
     def _install_hooks(self) -> None:
         try:
@@ -337,8 +342,12 @@ class Recorder:
         was = gc.isenabled()
         gc.disable()
         try:
+            t0 = time.perf_counter()
             w = self._walk_tree(kr)
+            t1 = time.perf_counter()
             self._device_events(kr, w)
+            self.post_parts["walk"] += t1 - t0
+            self.post_parts["device"] += time.perf_counter() - t1
         finally:
             if was:
                 gc.enable()
@@ -511,8 +520,11 @@ class Recorder:
                     for c in reversed(n.children):
                         push((c, ctx, src, row, par))
 
+        t0 = time.perf_counter()
+        tree = kr.experimental_event_tree()
+        self.post_parts["tree"] += time.perf_counter() - t0
         roots = []
-        for r in kr.experimental_event_tree():
+        for r in tree:
             roots.append((r.start_time_ns, r.start_tid, type(r.extra_fields), r))
         roots.sort(key=_FIRST)
         py_tids = {tid for _, tid, t, _ in roots if t is EF_CALL}
@@ -667,6 +679,7 @@ class Recorder:
         self.out.cpu_self[:] = [max(v, 0) for v in self.out.cpu_self]
         prof = finish(self.builder, self.frames, self.out, {})
         prof.sources.update(self._sources(prof))
+        self.post_parts["finish"] += time.perf_counter() - t0
         self.post_seconds += time.perf_counter() - t0
         prof.meta = self._meta()
         return prof
@@ -680,6 +693,7 @@ class Recorder:
             "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
             "steps": list(self.steps) if self.steps else None, "steps_seen": self.step_count,
             "windows": self.windows, "post_processing_s": round(self.post_seconds, 6),
+            "post_processing_parts_s": {k: round(v, 6) for k, v in self.post_parts.items()},
             "unlinked_backward_ops": self.unlinked_backward, "gpu": self.cuda,
             "device_links": dict(self.link_stats),
         }
