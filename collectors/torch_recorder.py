@@ -667,7 +667,10 @@ class Recorder:
         out.stream += map(int, map(KE.device_resource_id, dev))
         out.start += map(int, map(KE.start_ns, dev))
         out.duration += map(int, map(KE.duration_ns, dev))
-        out.nbytes += map(_nbytes, dev)
+        if hasattr(KE, "nbytes"):
+            out.nbytes += map(_nbytes, dev)
+        else:
+            out.nbytes += [0] * len(dev)  # an older torch: no byte counts (raising per event is slow)
         for key, v in (("runtime", n_rt), ("op", n_op), ("unlinked", n_un)):
             if v:
                 stats[key] += v
