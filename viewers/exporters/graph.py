@@ -9,15 +9,16 @@ GraphML goes through networkx and carries every node and edge attribute."""
 
 from __future__ import annotations
 
-from typing import Any, TextIO
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dlpt.callgraph import call_graph
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
 from dlpt.viewers.exporters import ExportOptions, register
 from dlpt.viewers.format import fmt_metric, short_kernel_name
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def dot_quote(text: str) -> str:
@@ -86,6 +87,8 @@ class GraphMLExporter:
         g = call_graph(profile, options.include_library)
         g.graph["metric"] = options.metric
         # networkx writes bytes; the exporter interface hands us a text stream.
+        import networkx as nx  # imported here: every dlpt command would pay for it at start-up
+
         for line in nx.generate_graphml(g, encoding="utf-8", prettyprint=True):
             out.write(line)
             out.write("\n")
