@@ -83,6 +83,10 @@ def short_path(path: str) -> str:
 
 _STDLIB = frozenset(sys.stdlib_module_names)
 _LIBRARY_PACKAGES = frozenset({"torch", "torchgen", "triton", "functorch", "dlpt", "_pytest", "pluggy"})
+# dlpt's own runner frames in a profile recorded where dlpt lived elsewhere (another machine,
+# another checkout): its package layout is recognisable wherever it was installed.
+_DLPT_FILE = re.compile(r"/dlpt/(?:cli|api|__main__)\.py$|/dlpt/(?:commands|collectors|viewers)/[^/]+\.py$"
+                        r"|/collectors/torch_recorder\.py$")
 _SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
 _STDLIB_DIR = re.compile(r"/lib/python3(?:\.\d+)?/")
 # dlpt's own folders, for source checkouts and editable installs, whose paths are not in site-packages.
@@ -107,7 +111,7 @@ def is_library_file(path: str) -> bool:
     if not path or path.startswith("<"):
         return True
     p = path.replace("\\", "/")
-    if "/torchinductor_" in p or p.startswith(_OWN_DIRS):
+    if "/torchinductor_" in p or p.startswith(_OWN_DIRS) or _DLPT_FILE.search(p):
         return True
     m = _SITE.search(p)
     if m:
