@@ -101,7 +101,7 @@ if cp is not None:
     with open(spec["cprofile"], "w") as f:
         pstats.Stats(cp, stream=f).sort_stats("tottime").print_stats(25)
 print(json.dumps({"run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
-                  "parts": dict(rec.post_parts), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
+                  "parts": dict(getattr(rec, "post_parts", {})), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
                   "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__}))
 """
 
