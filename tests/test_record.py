@@ -332,3 +332,18 @@ def test_innermost_span_of_a_runtime_call() -> None:
     assert w.innermost(0, Rt(150), 9) == 9  # D belongs to another op instance
     assert w.innermost(1, Rt(150), 9) == 4
     assert w.innermost(2, Rt(150), 9) == 9  # an op with no inner spans
+
+
+def test_recorded_truth_launches_inside_function_forward() -> None:
+    """`tests/data/gpu_truth.dlpt` (an H100 run of bench/gpu_truth.py): each of the 5 sleeps
+    launched inside the custom Function's `forward` is on its own line, none on the
+    `Slow.apply(x)` line, which keeps exactly the 5 backward sleeps."""
+    from dlpt.views import flat, prepare
+
+    src = Path(__file__).parent.parent / "bench" / "gpu_truth.py"
+    lines = {m: i for i, t in enumerate(src.read_text().splitlines(), 1) for m in ("LINE:fwd_in", "LINE:apply") if m in t}
+    prof = dlpt.load(str(DATA / "gpu_truth.dlpt"))
+    fv = flat(prepare(prof, False), "line")
+    kc = {fr.line: int(fv.exclusive[g, COL["kernel_count"]]) for g, fr in enumerate(fv.frame)
+          if fr.kind == "python" and fr.file.endswith("gpu_truth.py")}
+    assert kc.get(lines["LINE:fwd_in"]) == 5 and kc.get(lines["LINE:apply"]) == 5, kc
