@@ -54,7 +54,7 @@ def header(profile: Profile, metric: str) -> list[str]:
     split = " · ".join(f"{n} {fmt_time(tot[COL[m]])}" for n, m in parts if tot[COL[m]])
     if tot[COL["memcpy_other_time"]]:
         split += f" · other copies {fmt_time(tot[COL['memcpy_other_time']])}"
-    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else ""))
+    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
     if tot[COL["cpu_time"]]:
         lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
     col = metric_column(metric)
