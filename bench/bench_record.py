@@ -65,7 +65,10 @@ if kind == "train":
 x = torch.ones(256, device=dev)
 if dev == "cuda":
     torch.cuda.synchronize()
-rec = Recorder(command="bench", window=None, quiet=True)
+try:  # one window: the time and memory bounds would split it
+    rec = Recorder(command="bench", window=None, quiet=True, window_seconds=None, window_bytes=None)
+except TypeError:  # a baseline recorder from before the bounds
+    rec = Recorder(command="bench", window=None, quiet=True)
 rec.start()
 t0 = time.perf_counter()
 if kind == "flat":
@@ -100,15 +103,32 @@ if cp is not None:
     import pstats
     with open(spec["cprofile"], "w") as f:
         pstats.Stats(cp, stream=f).sort_stats("tottime").print_stats(25)
-print(json.dumps({"run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
+# Structure digests, to compare recorders or device-event sources: op instances per path, and
+# device activities (path, kind, name, device, stream, start, duration, bytes), order-free.
+import collections, hashlib
+b, fr = rec.builder, rec.frames
+def path_of(node):
+    p = []
+    while node > 0:
+        p.append(fr[b.frame[node]].name); node = b.parent[node]
+    return " / ".join(reversed(p))
+ops_per_path = collections.Counter(map(path_of, rec.out.cpu_node))
+o = rec.out
+acts = sorted(zip(map(path_of, o.node), o.kind, [fr[i].name for i in o.name], o.device, o.stream, o.start, o.duration, o.nbytes))
+digest = {"ops": hashlib.sha256(json.dumps(sorted(ops_per_path.items())).encode()).hexdigest()[:16],
+          "activities": hashlib.sha256(json.dumps(acts).encode()).hexdigest()[:16],
+          "activity_paths": hashlib.sha256(json.dumps(sorted(collections.Counter(a[0] for a in acts).items())).encode()).hexdigest()[:16]}
+print(json.dumps({"digest": digest, "run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
                   "parts": dict(getattr(rec, "post_parts", {})), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
                   "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__}))
 """
 
 
-def run_one(workload: str, iters: int, recorder: str | None, cprofile: str | None = None) -> dict:
+def run_one(workload: str, iters: int, recorder: str | None, cprofile: str | None = None,
+            env: dict | None = None) -> dict:
     spec = json.dumps({"workload": workload, "iters": iters, "recorder": recorder, "cprofile": cprofile})
-    r = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True, timeout=1200)
+    r = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, **(env or {})})
     if r.returncode != 0:
         raise SystemExit(f"{workload} x{iters} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -123,6 +143,9 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="OLD.py", help="another torch_recorder.py to time alongside")
     ap.add_argument("--json", metavar="PATH", help="write all runs here")
     ap.add_argument("--cprofile", metavar="DIR", help="also write a cProfile of each first stop() here")
+    ap.add_argument("--events-source", action="store_true",
+                    help="also time device events read from kineto_results.save()'s trace "
+                    "(DLPT_DEVICE_EVENTS=trace), interleaved, and compare the two profiles' digests")
     ap.add_argument("--sizes", metavar="N,N", help="iterations for every workload (default: per workload)")
     a = ap.parse_args()
     if importlib.util.find_spec("torch") is None:
@@ -134,7 +157,8 @@ def main() -> None:
         sizes = {k: [int(x) for x in a.sizes.split(",")] for k in sizes}
     if a.quick:
         sizes = {k: [v[0] // 4] for k, v in sizes.items()}
-    versions = [("new", None)] + ([("baseline", os.path.abspath(a.baseline))] if a.baseline else [])
+    versions = [("new", None)] + ([("baseline", os.path.abspath(a.baseline))] if a.baseline else []) \
+        + ([("trace", None)] if a.events_source else [])
     runs: list[dict] = []
     for wl in a.workloads.split(","):
         for iters in sizes[wl]:
@@ -143,7 +167,7 @@ def main() -> None:
                 for vname, path in versions:  # interleaved: load on the machine falls on both alike
                     cpf = (os.path.join(a.cprofile, f"cprofile_{vname}_{wl}_{iters}.txt")
                            if a.cprofile and rep == 0 else None)
-                    r = run_one(wl, iters, path, cpf)
+                    r = run_one(wl, iters, path, cpf, {"DLPT_DEVICE_EVENTS": "trace"} if vname == "trace" else None)
                     r.update(workload=wl, iters=iters, version=vname, repeat=rep)
                     runs.append(r)
                     print(f"  {vname:8s} {wl:5s} x{iters:<6d} ops {r['ops']:>8,} gpu {r['gpu_events']:>8,} "
@@ -161,6 +185,13 @@ def main() -> None:
                              "dlpt_s_per_100k_gpu_events": round(med["post_s"] / gpu * 1e5, 4) if gpu else None,
                              "dlpt_s_per_100k_ops": round(med["post_s"] / ops * 1e5, 4) if ops else None,
                              "repeats": len(rs)})
+    for r in runs:  # same structure? (start times differ between runs: `activities` only within one)
+        for vname, _ in versions[1:]:
+            o = [x for x in runs if x["version"] == vname and x["workload"] == r["workload"]
+                 and x["iters"] == r["iters"] and x["repeat"] == r["repeat"] and "digest" in x]
+            if r["version"] == "new" and o:
+                same = {k: r["digest"][k] == o[0]["digest"][k] for k in r["digest"]}
+                print(f"digest new vs {vname}: {r['workload']} x{r['iters']}: {same}", flush=True)
     dev = runs[0]["device"] if runs else "?"
     print(f"\ndlpt record post-processing, {dev}, torch {runs[0]['torch'] if runs else '?'}, "
           f"median of {repeats}, {time.strftime('%Y-%m-%d')}")

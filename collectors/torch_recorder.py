@@ -31,6 +31,7 @@ import datetime as _dt
 import gc
 import itertools
 import os
+import signal
 import socket
 import sys
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, BACKWARD_PREFIX, NO_LAUNCH, LinkResult, unattributed_frame
+from dlpt.collectors.record_trace import DeviceColumns, device_columns
 from dlpt.frames import Frame, FrameTable, is_library_file
 from dlpt.metrics import KERNEL, MEMSET, copy_kind
 from dlpt.profile import Profile
@@ -51,6 +53,13 @@ NO_GPU_NOTICE = "dlpt: no GPU seen; recording host op time (cpu_time) only"
 MAX_SOURCE_BYTES = 4 << 20  # a generated or data file this large is not code a user reads
 _DEVICE_KINDS = {"kernel": KERNEL, "gpu_memcpy": -1, "gpu_memset": MEMSET}
 _LEAF_KIND = {KERNEL: "kernel", MEMSET: "memset"}
+
+# Where device events come from: "events" (`kineto_results.events()` through pybind), or
+# "trace" (Kineto's chrome trace, see `record_trace`). Measured on an H100 (docs/BENCHMARKS.md,
+# Recording): the trace places every kernel on the same path but is slower — writing and decoding
+# the whole window's JSON (every op too) took 2.2 s per 100k kernels against 1.5 s — so it is
+# opt-in (DLPT_DEVICE_EVENTS=trace) and kept for comparison.
+DEVICE_SOURCE = os.environ.get("DLPT_DEVICE_EVENTS", "events")
 
 # The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
 _ACTIVE: Recorder | None = None
@@ -95,11 +104,14 @@ class Recorder:
     """Record a region of a program: `start()`, run it, `stop()` → `Profile`.
 
     `steps=(A, B)` records steps A..B-1 only (steps counted by optimizer steps or `dlpt.step()`);
-    `window` restarts the profiler every that many steps, folding each window into the tree.
+    `window` restarts the profiler every that many steps, folding each window into the tree;
+    `window_seconds` / `window_bytes` bound a window in time and in memory growth too, also in
+    programs with no steps at all (see `_arm_timer`). None or 0 turns a bound off.
     """
 
     def __init__(self, command: str = "", name: str = "", steps: tuple[int, int] | None = None,
-                 window: int | None = 20, quiet: bool = False, drop_files: tuple[str, ...] = ()) -> None:
+                 window: int | None = 20, quiet: bool = False, drop_files: tuple[str, ...] = (),
+                 window_seconds: float | None = 30.0, window_bytes: int | None = 2 << 30) -> None:
         import torch
 
         self.torch = torch
@@ -121,6 +133,14 @@ class Recorder:
         self.post_parts: collections.Counter[str] = collections.Counter()
         self.link_stats: collections.Counter[str] = collections.Counter()
         self.done = False
+        self.window_seconds = window_seconds if window_seconds and window_seconds > 0 else None
+        self.window_bytes = window_bytes if window_bytes and window_bytes > 0 else None
+        self.bound_rotations = 0  # windows ended by the time or memory bound, not by steps
+        self._rotating = False
+        self._timer_on = False
+        self._window_t0 = 0.0
+        self._window_rss = 0
+        self._last_step_t = 0.0
         self._prof: Any = None
         self._window_start = 0
         self._hook: Any = None
@@ -148,6 +168,7 @@ class Recorder:
         _keep_code_objects(True)
         self._remember_paths()
         self._install_hooks()
+        self._arm_timer()
         if not self.cuda and not self.quiet:
             print(NO_GPU_NOTICE, file=sys.stderr)
         if self.steps is None or self.steps[0] <= 0:
@@ -160,6 +181,7 @@ class Recorder:
             if self._prof is not None:
                 self._end()
         finally:
+            self._disarm_timer()
             self._remove_hooks()
             if _ACTIVE is self:
                 _ACTIVE = None
@@ -174,6 +196,7 @@ class Recorder:
             return
         self.step_count += 1
         s = self.step_count
+        self._last_step_t = time.monotonic()
         if self.done:
             return
         if self.steps is not None:
@@ -186,9 +209,85 @@ class Recorder:
             if s == a and self._prof is None:
                 self._begin()
                 return
-        if self._prof is not None and self.window and s - self._window_start >= self.window:
+        if self._prof is not None and (
+                (self.window and s - self._window_start >= self.window) or self._over_bound(self._last_step_t)):
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Fold the window so far and start the next one."""
+        if self._rotating:
+            return
+        self._rotating = True
+        try:
             self._end()
             self._begin()
+        finally:
+            self._rotating = False
+
+    # ----- the time and memory bound -----
+
+    def _over_bound(self, now: float) -> bool:
+        if self.window_seconds is not None and now - self._window_t0 >= self.window_seconds:
+            return True
+        return self.window_bytes is not None and _rss() - self._window_rss >= self.window_bytes
+
+    def _arm_timer(self) -> None:
+        """Bound each window in time and memory in programs that never step (no optimizer, no
+        `dlpt.step()`): left alone, one such program grew to 23 GB of profiler events and the
+        OOM killer took it and the recording with it.
+
+        Rotating stops and restarts torch's profiler, which must happen on the main thread at a
+        point where no op of ours is half-done; a Python signal handler runs exactly there (the
+        main thread, between bytecodes). The tick is `ITIMER_VIRTUAL` (SIGVTALRM), which counts
+        the process's own CPU time: a busy loop (the kind that piles up events) is ticked, an
+        idle or blocked program is not, so no signal wakes its blocking calls for nothing; and
+        SIGVTALRM, unlike SIGALRM (`signal.alarm`, timeouts), is all but unused by programs.
+        A thread cannot do this: it cannot stop the profiler safely from outside the main thread,
+        and its own Python calls would be recorded into the program's profile. The timer is set
+        only where the program has no handler and no timer of its own for that signal, from the
+        main thread; elsewhere windows are bounded at steps alone. At a step the same bounds are
+        checked first, so a stepping program rotates at its step boundaries."""
+        if self.window_seconds is None and self.window_bytes is None:
+            return
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return
+        try:
+            if signal.getsignal(signal.SIGVTALRM) != signal.SIG_DFL or signal.getitimer(signal.ITIMER_VIRTUAL)[0]:
+                return
+            tick = min(1.0, self.window_seconds / 4) if self.window_seconds else 1.0
+            signal.signal(signal.SIGVTALRM, self._on_tick)
+            signal.setitimer(signal.ITIMER_VIRTUAL, tick, tick)
+            self._timer_on = True
+        except (ValueError, OSError):
+            pass
+
+    def _disarm_timer(self) -> None:
+        if not self._timer_on:
+            return
+        self._timer_on = False
+        # The timer first: SIGVTALRM's default action ends the process.
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        if signal.getsignal(signal.SIGVTALRM) == self._on_tick:
+            signal.signal(signal.SIGVTALRM, signal.SIG_DFL)
+
+    def _on_tick(self, signum: int, frame: Any) -> None:
+        if self._rotating or self._prof is None or self.done:
+            return
+        now = time.monotonic()
+        # A program that steps rotates at its steps (a cleaner cut): the tick acts only when no
+        # step came within the time bound, or when memory is over its bound regardless.
+        if self.window_seconds is not None and now - self._last_step_t < self.window_seconds:
+            if self.window_bytes is None or _rss() - self._window_rss < self.window_bytes:
+                return
+        if not self._over_bound(now):
+            return
+        try:
+            self.bound_rotations += 1
+            self._rotate()
+        except Exception as e:  # noqa: BLE001 - raising here would raise inside the program
+            self._disarm_timer()
+            warnings.warn(f"dlpt: could not restart the profiler ({e!r}); windows now end at steps only",
+                          RuntimeWarning, stacklevel=1)
 
     # ----- the profiler -----
 
@@ -213,6 +312,8 @@ class Recorder:
             prof.start()
         self._prof = prof
         self._window_start = self.step_count
+        self._window_t0 = self._last_step_t = time.monotonic()
+        self._window_rss = _rss() if self.window_bytes is not None else 0
         self.windows += 1
 
     def _end(self) -> None:
@@ -573,16 +674,43 @@ class Recorder:
         return w
 
     def _device_events(self, kr: Any, w: _Walked) -> None:
-        """Device activities, each under the most specific context of its launch. The events
-        list holds every host op and runtime call too (about 3 events a kernel); they are sifted
-        and read a column at a time through `map`, with no Python loop body per event."""
+        """Device activities, each under the most specific context of its launch, from
+        `kr.events()` (or, opted in, Kineto's chrome trace of the window: see DEVICE_SOURCE)."""
         if not self.cuda:
             return  # only CPU activity was asked of the profiler: no device events
+        stats = self.link_stats
+        cols = None
+        if DEVICE_SOURCE == "trace":
+            t0 = time.perf_counter()
+            cols = device_columns(kr)
+            self.post_parts["trace"] += time.perf_counter() - t0
+        if cols is not None:
+            for at, v in cols.skipped.items():
+                stats["skipped:" + at] += v
+            names = cols.name
+            kinds = [_DEVICE_KINDS[c] for c in cols.cat]
+            corrs = cols.corr
+            linked: list[int] | None = cols.linked
+            rest: Any = cols
+        else:
+            got = self._device_event_columns(kr)
+            if got is None:
+                return
+            names, kinds, corrs, dev, KE = got
+            linked = None
+            rest = (dev, KE)
+        if not names:
+            return
+        self._place_device(w, names, kinds, corrs, linked, rest)
+
+    def _device_event_columns(self, kr: Any) -> Any:
+        """The fallback: device events through pybind, sifted and read a column at a time
+        through `map`, with no Python loop body per event."""
         stats = self.link_stats
         cpu = _CPU(self.torch)
         events = kr.events()
         if not events:
-            return
+            return None
         KE = type(events[0])
         if hasattr(KE, "activity_type"):
             ats = list(map(KE.activity_type, events))
@@ -607,10 +735,11 @@ class Recorder:
             names = list(map(KE.name, dev))
             kinds = [-1 if nm.startswith("Memcpy") else MEMSET if nm.startswith("Memset") else KERNEL for nm in names]
         del events
-        if not dev:
-            return
-        corrs = list(map(KE.correlation_id, dev))
+        return names, kinds, list(map(KE.correlation_id, dev)), dev, KE
 
+    def _place_device(self, w: _Walked, names: list[str], kinds: list[int], corrs: list[int],
+                      linked: list[int] | None, rest: Any) -> None:
+        stats = self.link_stats
         # The runtime call's own place in the tree is the most specific context (a kernel
         # launched by Python code inside an op, e.g. a custom Function's forward, lands on that
         # line); the launching op comes next; graph replays and Triton launches have only the
@@ -624,7 +753,6 @@ class Recorder:
         edge: dict[tuple[int, int], int] = {}
         nodes: list[int] = []
         leaves: list[int] = []
-        linked: list[int] | None = None
         for i, corr in enumerate(corrs):
             name = names[i]
             k = kinds[i]
@@ -640,6 +768,7 @@ class Recorder:
                     node = w.innermost(rr[0], rr[1], node)
             else:
                 if linked is None:
+                    dev, KE = rest
                     linked = list(map(KE.linked_correlation_id, dev))
                 node = op_node.get(linked[i], -1)
                 if node >= 0:
@@ -663,14 +792,22 @@ class Recorder:
         out.node += nodes
         out.kind += kinds
         out.name += leaves
-        out.device += map(int, map(KE.device_index, dev))
-        out.stream += map(int, map(KE.device_resource_id, dev))
-        out.start += map(int, map(KE.start_ns, dev))
-        out.duration += map(int, map(KE.duration_ns, dev))
-        if hasattr(KE, "nbytes"):
-            out.nbytes += map(_nbytes, dev)
+        if isinstance(rest, DeviceColumns):
+            out.device += rest.device
+            out.stream += rest.stream
+            out.start += rest.start
+            out.duration += rest.dur
+            out.nbytes += rest.nbytes
         else:
-            out.nbytes += [0] * len(dev)  # an older torch: no byte counts (raising per event is slow)
+            dev, KE = rest
+            out.device += map(int, map(KE.device_index, dev))
+            out.stream += map(int, map(KE.device_resource_id, dev))
+            out.start += map(int, map(KE.start_ns, dev))
+            out.duration += map(int, map(KE.duration_ns, dev))
+            if hasattr(KE, "nbytes"):
+                out.nbytes += map(_nbytes, dev)
+            else:
+                out.nbytes += [0] * len(dev)  # an older torch: no byte counts (raising per event is slow)
         for key, v in (("runtime", n_rt), ("op", n_op), ("unlinked", n_un)):
             if v:
                 stats[key] += v
@@ -695,7 +832,8 @@ class Recorder:
             "host": socket.gethostname(), "python_version": sys.version.split()[0],
             "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
             "steps": list(self.steps) if self.steps else None, "steps_seen": self.step_count,
-            "windows": self.windows, "post_processing_s": round(self.post_seconds, 6),
+            "windows": self.windows, "windows_by_bound": self.bound_rotations,
+            "post_processing_s": round(self.post_seconds, 6),
             "post_processing_parts_s": {k: round(v, 6) for k, v in self.post_parts.items()},
             "unlinked_backward_ops": self.unlinked_backward, "gpu": self.cuda,
             "device_links": dict(self.link_stats),
@@ -809,6 +947,18 @@ def _CPU(torch: Any) -> Any:
     if _CPU_TYPE is None:
         _CPU_TYPE = torch._C._autograd.DeviceType.CPU
     return _CPU_TYPE
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int:
+    """Resident bytes now (Linux); 0 where unknown, which leaves the memory bound off."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _nbytes(e: Any) -> int:

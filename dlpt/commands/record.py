@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
     p.add_argument("--window", type=int, default=20, metavar="N",
                    help="restart the profiler every N steps, folding each window into the profile, "
-                   "so memory stays bounded on long runs (default: 20; 0: one window)")
+                   "so memory stays bounded on long runs (default: 20; 0: no step windows)")
+    p.add_argument("--window-seconds", type=float, default=30.0, metavar="S",
+                   help="also end a window after S seconds without a step, or once memory grew 2 GiB "
+                   "in it, so programs that never step stay bounded too (default: 30; 0: off)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script, like python -m")
@@ -92,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
     command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
     rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps, window=args.window,
+                   window_seconds=args.window_seconds, window_bytes=(2 << 30) if args.window_seconds else None,
                    drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else ())
     job = _Job(rec, out)
     # Once the program has ended, SIGINT and SIGTERM raise Abandon until dlpt is done:
