@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import datetime as _dt
 import gc
 import itertools
@@ -34,9 +35,11 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from dlpt.cct import TreeBuilder
@@ -309,7 +312,8 @@ class Recorder:
         with warnings.catch_warnings():
             # "Profiler clears events at the end of each cycle": that is what windows want.
             warnings.simplefilter("ignore", UserWarning)
-            prof.start()
+            with _quiet_kineto():
+                prof.start()
         self._prof = prof
         self._window_start = self.step_count
         self._window_t0 = self._last_step_t = time.monotonic()
@@ -318,7 +322,8 @@ class Recorder:
 
     def _end(self) -> None:
         prof, self._prof = self._prof, None
-        prof.stop()
+        with _quiet_kineto():
+            prof.stop()
         t0 = time.perf_counter()
         try:
             self._ingest(prof.profiler.kineto_results)
@@ -909,6 +914,34 @@ class _Walked:
                 return self.sp_ctx[k]
             k = sp_par[k]
         return default
+
+
+_KINETO_NOISE = (b"USDT:", b"STAGE:")
+
+
+@contextlib.contextmanager
+def _quiet_kineto() -> Iterator[None]:
+    """Keep libkineto's own log lines (`USDT:... profiler_start`, printed by the C++ library
+    straight to file descriptor 2 on every start and stop) off the program's stderr, and pass
+    through anything else written meanwhile. Only the profiler's start and stop run inside, so
+    no line of the program's is held back for long."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            keep = [ln for ln in tmp.read().splitlines(keepends=True) if not ln.startswith(_KINETO_NOISE)]
+            if keep:
+                os.write(2, b"".join(keep))
 
 
 def _FIRST(x: tuple) -> Any:

@@ -452,3 +452,17 @@ def test_kineto_trace_ids_and_times_line_up_with_the_live_tree() -> None:
     for e in ops:
         name, start, dur = tree[e.args.external]
         assert (e.name, tr.baseTimeNanoseconds + round(e.ts * 1000), round(e.dur * 1000)) == (name, start, dur)
+
+
+def test_profiler_log_lines_stay_off_the_programs_stderr(tmp_path: Path) -> None:
+    # libkineto prints `USDT:... profiler_start` / `profiler_stop` to fd 2 on every window; the
+    # program's own stderr must come through untouched, in order.
+    r = record(tmp_path, """
+        import sys, torch
+        print("before", file=sys.stderr, flush=True)
+        torch.ones(4).sum()
+        print("after", file=sys.stderr, flush=True)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "USDT:" not in r.stderr and "profiler_start" not in r.stderr
+    assert r.stderr.index("before") < r.stderr.index("after") < r.stderr.index("profile saved")
