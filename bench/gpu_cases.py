@@ -3,7 +3,7 @@ threads started while recording, and every copy kind. For each program in bench/
 records a profile and reports, per line marked `# CASE: ...`, the GPU time dlpt puts on that
 line, plus the share of GPU time at a source line and what stayed unattributed.
 
-    python bench/gpu_cases.py       # on the device machine; profiles and gpu_cases.json under $OUT
+    python bench/gpu_cases.py [CASE...]   # on the device machine; profiles, gpu_cases.json under $OUT
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main() -> None:
 
     os.makedirs(OUT, exist_ok=True)
     results = {}
-    for name in CASES:
+    for name in sys.argv[1:] or CASES:
         src = os.path.join(ROOT, "bench", "gpu_cases", f"{name}.py")
         out = os.path.join(OUT, f"{name}.dlpt")
         # cwd=OUT: the checkout's dlpt/ folder would shadow the installed package's layout.

@@ -32,6 +32,7 @@ import datetime as _dt
 import gc
 import itertools
 import os
+import re
 import signal
 import socket
 import sys
@@ -809,10 +810,7 @@ class Recorder:
             out.stream += map(int, map(KE.device_resource_id, dev))
             out.start += map(int, map(KE.start_ns, dev))
             out.duration += map(int, map(KE.duration_ns, dev))
-            if hasattr(KE, "nbytes"):
-                out.nbytes += map(_nbytes, dev)
-            else:
-                out.nbytes += [0] * len(dev)  # an older torch: no byte counts (raising per event is slow)
+            out.nbytes += _copy_bytes(dev, kinds, KE)
         for key, v in (("runtime", n_rt), ("op", n_op), ("unlinked", n_un)):
             if v:
                 stats[key] += v
@@ -994,12 +992,34 @@ def _rss() -> int:
         return 0
 
 
-def _nbytes(e: Any) -> int:
-    try:
-        v = int(e.nbytes())
-    except (AttributeError, RuntimeError, TypeError, ValueError):
-        return 0
-    return max(v, 0)
+_BYTES = re.compile(r'"bytes":\s*(\d+)')
+
+
+def _copy_bytes(dev: list[Any], kinds: list[int], KE: Any) -> list[int]:
+    """Bytes of each copy and memset (kernels: 0). `nbytes()` is not filled for device activities
+    in every torch, while CUPTI's own metadata (`"bytes": N`, as in exported traces) is; only the
+    copies and memsets are asked, which are few next to kernels."""
+    out = [0] * len(dev)
+    has_nbytes = hasattr(KE, "nbytes")
+    has_meta = hasattr(KE, "metadata_json")
+    for i, k in enumerate(kinds):
+        if k == KERNEL:
+            continue
+        e = dev[i]
+        v = 0
+        if has_nbytes:
+            try:
+                v = int(e.nbytes())
+            except (RuntimeError, TypeError, ValueError):
+                v = 0
+        if v <= 0 and has_meta:
+            try:
+                m = _BYTES.search(e.metadata_json())
+            except (RuntimeError, TypeError, ValueError):
+                m = None
+            v = int(m.group(1)) if m else 0
+        out[i] = max(v, 0)
+    return out
 
 
 def _rank_world(torch: Any) -> tuple[int | None, int | None]:
