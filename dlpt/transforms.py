@@ -103,3 +103,32 @@ def focus(profile: Profile, node: int) -> Profile:
     act = type(acts)(**{k: getattr(acts, k)[act_sel] for k in acts.__dataclass_fields__})
     act.node = act.node - lo
     return replace(profile, cct=CCT(parent, cct.frame[lo:hi], cct.exclusive[lo:hi]), activities=act)
+
+
+def prune_empty(profile: Profile) -> Profile:
+    """Drop the nodes whose every inclusive metric is zero, and the frames no node or activity
+    uses any more. A recording walks every Python call; calls with no op or GPU work beneath
+    (torch.compile's tracing, imports) would otherwise fill the tree — 790k of 793k nodes of a
+    recorded compile — without changing any total. Preorder survives: a kept node's ancestors
+    are kept (their inclusive metrics are at least its own)."""
+    cct = profile.cct
+    keep = cct.inclusive.any(axis=1)
+    keep[0] = True
+    acts = profile.activities
+    if keep.all():
+        used = np.zeros(len(profile.frames), dtype=bool)
+        used[cct.frame] = True
+        used[acts.name] = True
+        if used.all():
+            return profile
+    new_id = np.cumsum(keep) - 1
+    idx = np.flatnonzero(keep)
+    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
+    frame = cct.frame[idx]
+    used = np.zeros(len(profile.frames), dtype=bool)
+    used[frame] = True
+    used[acts.name] = True
+    frame_id = np.cumsum(used) - 1
+    frames = [f for f, u in zip(profile.frames, used.tolist()) if u]
+    act = replace(acts, node=new_id[acts.node], name=frame_id[acts.name])
+    return replace(profile, frames=frames, cct=CCT(parent, frame_id[frame], cct.exclusive[idx]), activities=act)

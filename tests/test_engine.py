@@ -208,3 +208,37 @@ def test_dlpt_runner_frames_are_library_wherever_dlpt_was_installed():
     for path in ("/home/u/proj/train.py", "/home/u/dlpt_user/model.py", "capture_traces.py",
                  "/venv/lib/python3.11/site-packages/torchvision/models/resnet.py", "transformers/models/gpt2.py"):
         assert not is_library_file(path), path
+
+
+def test_prune_empty_drops_only_nodes_without_metrics():
+    from conftest import synthetic_profile
+
+    from dlpt.frames import Frame
+    from dlpt.transforms import prune_empty
+
+    k = Frame("kernel", "k")
+    prof = synthetic_profile([([Frame("python", "a", "m.py", 1, "a"), k], 10),
+                              ([Frame("python", "b", "m.py", 2, "b"), Frame("python", "c", "m.py", 3, "c"), k], 0),
+                              ([Frame("python", "d", "m.py", 4, "d"), k], 5)])
+    # The b → c → k path carries a kernel count but no time: counts keep it. Zero it out fully.
+    exc = prof.cct.exclusive.copy()
+    for i in range(len(prof.cct)):
+        if prof.frame_of(i).function in ("b", "c") or (prof.cct.parent[i] >= 0 and prof.frame_of(int(prof.cct.parent[i])).function == "c"):
+            exc[i] = 0
+    from dataclasses import replace
+
+    from dlpt.cct import CCT
+    prof = replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc))
+    pruned = prune_empty(prof)
+    assert len(pruned.cct) == len(prof.cct) - 3
+    assert {pruned.frame_of(i).function for i in range(1, len(pruned.cct))} == {"a", "d", ""}
+    assert (pruned.cct.exclusive.sum(axis=0) == prof.cct.exclusive.sum(axis=0)).all()
+    assert all(f.function not in ("b", "c") for f in pruned.frames)
+    assert (pruned.cct.parent[1:] < np.arange(1, len(pruned.cct))).all()
+    assert prune_empty(pruned) is pruned
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_imported_trees_hold_no_empty_nodes(name):
+    cct = load(name).cct
+    assert cct.inclusive.any(axis=1).all()

@@ -466,3 +466,21 @@ def test_profiler_log_lines_stay_off_the_programs_stderr(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     assert "USDT:" not in r.stderr and "profiler_start" not in r.stderr
     assert r.stderr.index("before") < r.stderr.index("after") < r.stderr.index("profile saved")
+
+
+def test_calls_without_ops_leave_no_nodes(tmp_path: Path) -> None:
+    # Python work with no torch op beneath (imports, pure-Python helpers) adds nothing to the tree.
+    r = record(tmp_path, """
+        import json, torch
+
+        def busy(n):
+            return sum(len(json.dumps({"k": i})) for i in range(n))
+
+        busy(2000)
+        x = torch.ones(8) * 2  # the one op line
+    """)
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    assert prof.cct.inclusive.any(axis=1).all()
+    assert not any(f.function in ("busy", "dumps", "<genexpr>") for f in prof.frames)
+    assert any(f.has_source and f.line == line_of(tmp_path, "prog.py", "the one op line") for f in prof.frames)

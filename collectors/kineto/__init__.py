@@ -14,6 +14,7 @@ from dlpt.collectors.kineto.link import LinkResult, _Columns, link_columns, link
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import exclusive_matrix
 from dlpt.profile import Activities, Profile
+from dlpt.transforms import prune_empty
 from dlpt.version import __version__
 
 Progress = Callable[[str, int, int], None]
@@ -111,4 +112,5 @@ def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict
     cpu_node = new_of_old[np.asarray(out.cpu_node, dtype=i64)] if out.cpu_node else np.zeros(0, i64)
     exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
                            cpu_node, np.asarray(out.cpu_self, dtype=i64))
-    return Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta)
+    # Nodes with nothing beneath them (a call that reached no op or GPU work) say nothing.
+    return prune_empty(Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta))
