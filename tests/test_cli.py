@@ -151,3 +151,13 @@ def test_output_to_a_pipe_or_device_writes_into_it(tmp_path):
     assert json.loads(got[0])["schema"] == "dlpt.hotspots/1"
     r = dlpt("report", str(trace_path("threaded")), "-o", str(tmp_path))
     assert r.returncode == 2 and "is a directory" in r.stderr
+
+
+def test_directory_prefers_profiler_trace_files(tmp_path):
+    import shutil
+
+    shutil.copy(trace_path("threaded"), tmp_path / "host_1.123.pt.trace.json.gz")
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    r = dlpt("report", str(tmp_path), "--format", "json", "--view", "flat", "--by", "kernel")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["gpu_time"] > 0

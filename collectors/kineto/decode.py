@@ -332,7 +332,10 @@ def trace_files(path: str) -> list[str]:
                        if n.endswith((".json", ".json.gz")) and not n.startswith("."))
         if not names:
             raise DlptError(f"{path}: no Kineto traces (*.json, *.json.gz) in this directory")
-        return [os.path.join(path, n) for n in names]
+        # tensorboard_trace_handler names its files *.pt.trace.json[.gz]; where there are such
+        # files, other JSON beside them (configs, metrics) is not a trace.
+        traces = [n for n in names if n.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+        return [os.path.join(path, n) for n in traces or names]
     if not os.path.exists(path):
         raise DlptError(f"{path}: no such file or directory")
     return [path]
