@@ -51,12 +51,9 @@ class DistributedInfo(msgspec.Struct):
     backend: Any = None
 
 
-class Trace(msgspec.Struct):
-    """A decoded trace. `traceEvents` always holds strict `Event`s: after a lenient decode, a
-    damaged span or GPU event stays in the list as one with `ts=None` (see `_clean`), so that
-    the linker counts it where it counts its own skips."""
+class _TraceHeader(msgspec.Struct, kw_only=True):
+    """The top-level fields of a trace besides its events, shared by the strict and lenient shapes."""
 
-    traceEvents: list[Event]
     baseTimeNanoseconds: Any = None
     distributedInfo: DistributedInfo | None = None
     deviceProperties: Any = None
@@ -65,6 +62,14 @@ class Trace(msgspec.Struct):
     cupti_version: Any = None
     traceName: Any = None
     schemaVersion: Any = None
+
+
+class Trace(_TraceHeader, kw_only=True):
+    """A decoded trace. `traceEvents` always holds strict `Event`s: after a lenient decode, a
+    damaged span or GPU event stays in the list as one with `ts=None` (see `_clean`), so that
+    the linker counts it where it counts its own skips."""
+
+    traceEvents: list[Event]
 
 
 # Lenient shapes, for traces that the strict types reject (a string where a number belongs, a
@@ -93,16 +98,8 @@ class _LenientEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = None  # None: the event has no args
 
 
-class _LenientTrace(msgspec.Struct):
+class _LenientTrace(_TraceHeader, kw_only=True):
     traceEvents: list[_LenientEvent]
-    baseTimeNanoseconds: Any = None
-    distributedInfo: DistributedInfo | None = None
-    deviceProperties: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    cupti_version: Any = None
-    traceName: Any = None
-    schemaVersion: Any = None
 
 
 _decoder = msgspec.json.Decoder(Trace)
@@ -182,10 +179,8 @@ def _clean(e: _LenientEvent) -> Event | None:
 def _decode_lenient(data: bytes) -> Trace:
     t = _lenient_decoder.decode(data)
     events = [c for c in map(_clean, t.traceEvents) if c is not None]
-    return Trace(traceEvents=events, baseTimeNanoseconds=t.baseTimeNanoseconds,
-                 distributedInfo=t.distributedInfo, deviceProperties=t.deviceProperties,
-                 cuda_runtime_version=t.cuda_runtime_version, cuda_driver_version=t.cuda_driver_version,
-                 cupti_version=t.cupti_version, traceName=t.traceName, schemaVersion=t.schemaVersion)
+    header = {f: getattr(t, f) for f in _TraceHeader.__struct_fields__}
+    return Trace(traceEvents=events, **header)
 
 
 def read_bytes(path: str) -> bytes:
