@@ -10,6 +10,7 @@ next; the median over repeats is reported.
     python bench/bench_record.py                      # CPU: ops per 100k; GPU: GPU events per 100k
     python bench/bench_record.py --quick
     python bench/bench_record.py --baseline OLD.py    # also time another torch_recorder.py, interleaved
+    python bench/bench_record.py --native             # native reader ("new") vs the Python path ("python")
 
 Workloads (each iteration):
 - `flat`: 4 in-place ops on one tensor, called straight from the loop (as gpu_proof's (d));
@@ -118,7 +119,7 @@ acts = sorted(zip(map(path_of, o.node), o.kind, [fr[i].name for i in o.name], o.
 digest = {"ops": hashlib.sha256(json.dumps(sorted(ops_per_path.items())).encode()).hexdigest()[:16],
           "activities": hashlib.sha256(json.dumps(acts).encode()).hexdigest()[:16],
           "activity_paths": hashlib.sha256(json.dumps(sorted(collections.Counter(a[0] for a in acts).items())).encode()).hexdigest()[:16]}
-print(json.dumps({"digest": digest, "run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
+print(json.dumps({"digest": digest, "native": getattr(rec, "native_used", False), "run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
                   "parts": dict(getattr(rec, "post_parts", {})), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
                   "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__}))
 """
@@ -146,6 +147,9 @@ def main() -> None:
     ap.add_argument("--events-source", action="store_true",
                     help="also time device events read from kineto_results.save()'s trace "
                     "(DLPT_DEVICE_EVENTS=trace), interleaved, and compare the two profiles' digests")
+    ap.add_argument("--native", action="store_true",
+                    help="time the native reader (collectors/native/) against the Python path (DLPT_NATIVE=0), "
+                    "interleaved, and compare the two profiles' digests")
     ap.add_argument("--sizes", metavar="N,N", help="iterations for every workload (default: per workload)")
     a = ap.parse_args()
     if importlib.util.find_spec("torch") is None:
@@ -158,7 +162,7 @@ def main() -> None:
     if a.quick:
         sizes = {k: [v[0] // 4] for k, v in sizes.items()}
     versions = [("new", None)] + ([("baseline", os.path.abspath(a.baseline))] if a.baseline else []) \
-        + ([("trace", None)] if a.events_source else [])
+        + ([("trace", None)] if a.events_source else []) + ([("python", None)] if a.native else [])
     runs: list[dict] = []
     for wl in a.workloads.split(","):
         for iters in sizes[wl]:
@@ -167,9 +171,14 @@ def main() -> None:
                 for vname, path in versions:  # interleaved: load on the machine falls on both alike
                     cpf = (os.path.join(a.cprofile, f"cprofile_{vname}_{wl}_{iters}.txt")
                            if a.cprofile and rep == 0 else None)
-                    r = run_one(wl, iters, path, cpf, {"DLPT_DEVICE_EVENTS": "trace"} if vname == "trace" else None)
+                    env = {"DLPT_DEVICE_EVENTS": "trace"} if vname == "trace" else {}
+                    if a.native:  # "new" is the native reader, "python" the same recorder without it
+                        env["DLPT_NATIVE"] = "0" if vname == "python" else "1"
+                    r = run_one(wl, iters, path, cpf, env)
                     r.update(workload=wl, iters=iters, version=vname, repeat=rep)
                     runs.append(r)
+                    if a.native and r["native"] != (vname != "python"):
+                        raise SystemExit(f"{vname}: the native reader was {'not ' if not r['native'] else ''}used")
                     print(f"  {vname:8s} {wl:5s} x{iters:<6d} ops {r['ops']:>8,} gpu {r['gpu_events']:>8,} "
                           f"torch stop {r['torch_stop_s']:6.2f}s dlpt {r['post_s']:6.2f}s "
                           + " ".join(f"{k} {v:.2f}" for k, v in r.get("parts", {}).items()), file=sys.stderr, flush=True)

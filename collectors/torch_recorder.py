@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlpt.cct import TreeBuilder
+from dlpt.collectors import record_native
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, BACKWARD_PREFIX, NO_LAUNCH, LinkResult, unattributed_frame
 from dlpt.collectors.record_trace import DeviceColumns, device_columns
@@ -160,6 +161,10 @@ class Recorder:
         # outside every library folder and would otherwise head each path as "source".
         # Also this file: its audit hook and thread wrapper run inside the program's calls.
         self._drop = frozenset(os.path.abspath(f) for f in (*drop_files, __file__))
+        # The native reader of the profiler's result (None: the Python path). Built here, before
+        # anything is recorded, so a first-use compile is not part of a window's fold.
+        self._native = record_native.load()
+        self.native_used = False
         self.started_at = time.time()
 
     # ----- lifecycle -----
@@ -450,7 +455,9 @@ class Recorder:
         gc.disable()
         try:
             t0 = time.perf_counter()
-            w = self._walk_tree(kr)
+            cols = self._native_tree(kr)
+            w = self._walk_tree(kr) if cols is None else self._walk_columns(kr, cols)
+            del cols
             t1 = time.perf_counter()
             self._device_events(kr, w)
             self.post_parts["walk"] += t1 - t0
@@ -679,6 +686,225 @@ class Recorder:
             walk(n, ctx, tid, op_row, par, placed=True)
         return w
 
+    def _native_tree(self, kr: Any) -> dict[str, Any] | None:
+        """The event tree as columns from the native reader, or None: no reader, or it cannot
+        read this result (then the Python path is used from here on)."""
+        if self._native is None:
+            return None
+        t0 = time.perf_counter()
+        try:
+            cols = self._native.event_tree(kr)
+        except Exception:  # noqa: BLE001 - a cast torch refuses: the Python path reads it instead
+            self._native = None
+            return None
+        self.post_parts["tree"] += time.perf_counter() - t0
+        self.native_used = True
+        return cols
+
+    def _walk_columns(self, kr: Any, T: dict[str, Any]) -> _Walked:
+        """`_walk_tree` over the native reader's columns (collectors/native/record_native.cpp):
+        the same fold, step for step, with a node's preorder index where that walk has its
+        pybind wrapper; the children of node n are n+1, then each one's `end`, up to `end[n]`."""
+        K_OP, K_CALL, K_CCALL, K_KIN = (record_native.K_OP, record_native.K_CALL, record_native.K_CCALL,
+                                        record_native.K_KINETO)
+        kind, end, start, stop, tids, corrs = T["kind"], T["end"], T["start"], T["stop"], T["tid"], T["corr"]
+        name_ix, seqs, module = T["name"], T["seq"], T["module"]
+        cfile, cline, cfunc = T["caller_file"], T["caller_line"], T["caller_func"]
+        sfile, sline, sfunc = T["site_file"], T["site_line"], T["site_func"]
+        # A name torch read from freed memory, or one that is not valid UTF-8 (None here), is
+        # named as `_walk_tree` names it: the work is kept, the name lost.
+        names = ["<undecodable name>" if v is None else v for v in T["names"]]
+        strs = T["strs"]
+        child = self.builder.child
+        frames = self.frames
+        py, def_frame = self._py, self._def
+        out = self.out
+        w = _Walked()
+        op_node, rt_node, rt_row = w.op_node, w.rt_node, w.rt_row
+        sp_start, sp_end, sp_ctx, sp_par = w.sp_start, w.sp_end, w.sp_ctx, w.sp_par
+        op_lo, op_hi = w.op_lo, w.op_hi
+        op_frames: dict[int, int] = {}  # name index → frame
+        edge: dict[tuple[int, int], int] = {}
+        # (context, file, line, function) of a call site, the strings by their index.
+        site: dict[tuple[int, int, int, int], int] = {}
+        fwd: dict[tuple[int, int], int] = {}
+        fwd_tids: dict[int, set[int]] = {}
+        backward: list[tuple[int, int, int, int, int]] = []
+        bwd_frame = frames.intern(BACKWARD_FRAME)
+        cpu_node, cpu_self = out.cpu_node, out.cpu_self
+        link_ops = self.cuda
+
+        def at_site(ctx: int, n: int) -> int:
+            fi, line, fn = cfile[n], cline[n], cfunc[n]
+            key = (ctx, fi, line, fn)
+            node = site.get(key)
+            if node is None:
+                file, func = strs[fi], strs[fn]
+                if file is None or func is None:
+                    file = func = "<undecodable>"
+                f = py(file, line, func)
+                node = site[key] = child(ctx, f) if f >= 0 else ctx
+            return node
+
+        def walk(root: int, ctx: int, tid: int, op_row: int = -1, par: int = -1, placed: bool = False,
+                 tree_root: int = -1) -> None:
+            # As in `_walk_tree`; an op's exit is a node of -1 whose context is the op's row.
+            stack: list[tuple[int, int, Any, int, int]] = [(root, ctx, None, op_row, par)]
+            first = root if placed else -1
+            pop, push = stack.pop, stack.append
+            while stack:
+                n, ctx, src, row, par = pop()
+                if n < 0:
+                    op_hi[ctx] = len(sp_start)
+                    continue
+                t = kind[n]
+                e = end[n]
+                if t == K_OP:
+                    ni = name_ix[n]
+                    if src is not None:
+                        d = src[1]
+                        if d < 0:
+                            c = src[0]
+                            file, func = strs[sfile[c]], strs[sfunc[c]]
+                            if file is None or func is None:
+                                file = func = "<undecodable>"
+                            d = src[1] = child(ctx, def_frame(file, sline[c], func))
+                        ctx = d
+                    seq = seqs[n]
+                    if seq >= 0 and n != first and names[ni].startswith(BACKWARD_PREFIX):
+                        backward.append((n, ctx, tid, row, par))
+                        continue
+                    f = op_frames.get(ni)
+                    if f is None:
+                        f = op_frames[ni] = frames.intern(Frame("op", names[ni]))
+                    key = (ctx, f)
+                    node = edge.get(key)
+                    if node is None:
+                        node = edge[key] = child(ctx, f)
+                    if seq >= 0:
+                        fwd[(tid, seq)] = node
+                        ts = fwd_tids.get(seq)
+                        if ts is None:
+                            fwd_tids[seq] = {tid}
+                        elif tid not in ts:
+                            ts.add(tid)
+                    if link_ops:
+                        op_node[corrs[n]] = node
+                    s, en = start[n], stop[n]
+                    dur = en - s
+                    if row >= 0:
+                        cpu_self[row] -= dur
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(s)
+                        sp_end.append(en)
+                        sp_ctx.append(node)
+                    r2 = len(cpu_node)
+                    cpu_node.append(node)
+                    cpu_self.append(dur)
+                    if e > n + 1:
+                        op_lo[r2] = len(sp_start)
+                        push((-1, r2, None, -1, -1))
+                        kids = []
+                        c = n + 1
+                        while c < e:
+                            kids.append(c)
+                            c = end[c]
+                        for c in reversed(kids):
+                            push((c, node, None, r2, par))
+                    continue
+                if t == K_CALL:
+                    if n != tree_root:
+                        ctx = at_site(ctx, n)
+                    if module[n]:
+                        ni = name_ix[n]  # "nn.Module: Linear_0"
+                        f = op_frames.get(ni)
+                        if f is None:
+                            f = op_frames[ni] = frames.intern(Frame("module", names[ni][len("nn.Module: "):]))
+                        ctx = child(ctx, f)
+                        src = None
+                    else:
+                        src = [n, -1]
+                    if row >= 0:
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(start[n])
+                        sp_end.append(stop[n])
+                        sp_ctx.append(ctx)
+                elif t == K_CCALL:
+                    ctx = at_site(ctx, n)
+                    src = None
+                    if row >= 0:
+                        sp_par.append(par)
+                        par = len(sp_start)
+                        sp_start.append(start[n])
+                        sp_end.append(stop[n])
+                        sp_ctx.append(ctx)
+                elif t == K_KIN and n != root:
+                    corr = corrs[n]
+                    if corr not in rt_node:
+                        rt_node[corr] = ctx
+                        if row >= 0:
+                            rt_row[corr] = (row, start[n])
+                        if row >= 0 and ctx == cpu_node[row]:
+                            continue  # its children are its own device events: see `_walk_tree`
+                if e > n + 1:
+                    kids = []
+                    c = n + 1
+                    while c < e:
+                        kids.append(c)
+                        c = end[c]
+                    for c in reversed(kids):
+                        push((c, ctx, src, row, par))
+
+        roots = sorted(T["roots"], key=start.__getitem__)  # stable, as `_walk_tree` sorts
+        py_tids = {tids[r] for r in roots if kind[r] == K_CALL}
+        for r in roots:
+            tid = tids[r]
+            if kind[r] == K_OP:
+                name = names[name_ix[r]]
+                if name.startswith(THREAD_MARK):
+                    try:
+                        key = int(name[len(THREAD_MARK):])
+                    except ValueError:
+                        key = -1
+                    if key in self._threads:
+                        base = self._tid_base[tid] = self._thread_base(key)
+                        kids = []
+                        c, e = r + 1, end[r]
+                        while c < e:
+                            kids.append(c)
+                            c = end[c]
+                        for c in reversed(kids):
+                            walk(c, base, tid)
+                        continue
+            if tid in py_tids:
+                base = 0
+            else:
+                base = self._tid_base.get(tid, -1)
+                if base < 0:
+                    base = self._tid_base[tid] = child(0, frames.intern(Frame("thread", f"[thread {tid}]")))
+            walk(r, base, tid, tree_root=r)
+
+        fwd_tid_of: dict[int, int] | None = None
+        for n, ctx, tid, op_row, par in backward:
+            seq = seqs[n]
+            tids_ = fwd_tids.get(seq, ())
+            fnode = -1
+            if len(tids_) == 1:
+                fnode = fwd[(next(iter(tids_)), seq)]
+            elif tids_:
+                if fwd_tid_of is None:
+                    fwd_tid_of = {e.correlation_id(): e.fwd_thread_id() for e in kr.events()
+                                  if e.sequence_nr() >= 0 and e.name().startswith(BACKWARD_PREFIX)}
+                fnode = fwd.get((fwd_tid_of.get(corrs[n], -1), seq), -1)
+            if fnode >= 0:
+                ctx = child(fnode, bwd_frame)
+            else:
+                self.unlinked_backward += 1
+            walk(n, ctx, tid, op_row, par, placed=True)
+        return w
+
     def _device_events(self, kr: Any, w: _Walked) -> None:
         """Device activities, each under the most specific context of its launch, from
         `kr.events()` (or, opted in, Kineto's chrome trace of the window: see DEVICE_SOURCE)."""
@@ -698,6 +924,8 @@ class Recorder:
             corrs = cols.corr
             linked: list[int] | None = cols.linked
             rest: Any = cols
+        elif self._native is not None and (nat := self._native_device_columns(kr)) is not None:
+            names, kinds, corrs, linked, rest = nat
         else:
             got = self._device_event_columns(kr)
             if got is None:
@@ -708,6 +936,26 @@ class Recorder:
         if not names:
             return
         self._place_device(w, names, kinds, corrs, linked, rest)
+
+    def _native_device_columns(self, kr: Any) -> tuple[list[str], list[int], list[int], list[int], DeviceColumns] | None:
+        """Device events from the native reader: names, kinds, correlation ids, linked ids and
+        the rest as the trace source's columns; None where it cannot read this result."""
+        try:
+            d = self._native.device_events(kr)
+        except Exception:  # noqa: BLE001 - a cast torch refuses: the Python path reads it instead
+            self._native = None
+            return None
+        stats = self.link_stats
+        for at, v in d["skipped"].items():
+            stats["skipped:" + at] += v
+        kind_of = {a: _DEVICE_KINDS[nm] for a, nm in d["activity_names"].items()}
+        nm = ["<undecodable name>" if v is None else v for v in d["names"]]
+        cols = DeviceColumns()
+        cols.name = [nm[i] for i in d["name"]]
+        cols.corr, cols.linked = d["corr"], d["linked"]
+        cols.device, cols.stream, cols.start, cols.dur, cols.nbytes = (d["device"], d["stream"], d["start"],
+                                                                         d["dur"], d["nbytes"])
+        return cols.name, list(map(kind_of.__getitem__, d["activity"])), cols.corr, cols.linked, cols
 
     def _device_event_columns(self, kr: Any) -> Any:
         """The fallback: device events through pybind, sifted and read a column at a time
@@ -839,6 +1087,7 @@ class Recorder:
             "post_processing_s": round(self.post_seconds, 6),
             "post_processing_parts_s": {k: round(v, 6) for k, v in self.post_parts.items()},
             "unlinked_backward_ops": self.unlinked_backward, "gpu": self.cuda,
+            "native_reader": self.native_used,  # collectors/native/ read the results (else pybind)
             "device_links": dict(self.link_stats),
         }
         if self.cuda:
@@ -904,7 +1153,8 @@ class _Walked:
         hi = self.op_hi.get(row, lo)
         if hi <= lo:
             return default
-        t = rt.start_time_ns
+        # The native walk keeps the runtime call's start itself; the Python walk its node.
+        t = rt if rt.__class__ is int else rt.start_time_ns
         k = bisect.bisect_right(self.sp_start, t, lo, hi) - 1
         sp_end, sp_par = self.sp_end, self.sp_par
         while k >= lo:
