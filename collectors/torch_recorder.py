@@ -945,17 +945,20 @@ class Recorder:
         except Exception:  # noqa: BLE001 - a cast torch refuses: the Python path reads it instead
             self._native = None
             return None
+        if d is None:
+            return None  # a torch whose events have no activity type: the Python path knows it
         stats = self.link_stats
         for at, v in d["skipped"].items():
             stats["skipped:" + at] += v
-        kind_of = {a: _DEVICE_KINDS[nm] for a, nm in d["activity_names"].items()}
         nm = ["<undecodable name>" if v is None else v for v in d["names"]]
         cols = DeviceColumns()
         cols.name = [nm[i] for i in d["name"]]
+        kind_of = {a: _DEVICE_KINDS[n] for a, n in d["activity_names"].items()}
+        kinds = list(map(kind_of.__getitem__, d["activity"]))
         cols.corr, cols.linked = d["corr"], d["linked"]
         cols.device, cols.stream, cols.start, cols.dur, cols.nbytes = (d["device"], d["stream"], d["start"],
                                                                          d["dur"], d["nbytes"])
-        return cols.name, list(map(kind_of.__getitem__, d["activity"])), cols.corr, cols.linked, cols
+        return cols.name, kinds, cols.corr, cols.linked, cols
 
     def _device_event_columns(self, kr: Any) -> Any:
         """The fallback: device events through pybind, sifted and read a column at a time

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -225,11 +227,31 @@ int64_t metadata_bytes(const std::string& m) {
   return any ? v : 0;
 }
 
+// Whether this torch's KinetoEvent has `activityType()`: without it (older torch) user
+// annotations cannot be told from kernels here, and `device_events` returns None so that the
+// recorder reads device events through pybind (its Python path knows that torch).
+template <typename T, typename = void>
+struct has_activity_type : std::false_type {};
+template <typename T>
+struct has_activity_type<T, std::void_t<decltype(std::declval<const T&>().activityType())>> : std::true_type {};
+
+template <typename E>
+int activity_of(const E& e) {
+  if constexpr (has_activity_type<E>::value) {
+    return static_cast<int>(e.activityType());
+  } else {
+    return -1;
+  }
+}
+
 // Device events: kernels, copies and memsets (by activity type), with the counts of other
 // device-side types skipped (gpu_user_annotation is not GPU time). A type is host-side or not
 // by its first event's device type, as the Python path decides it. `all` (tests): every event.
-py::dict device_events(py::handle kr, bool all) {
+py::object device_events(py::handle kr, bool all) {
   ProfilerResult& res = result_of(kr);
+  if (!has_activity_type<KinetoEvent>::value) {
+    return py::none();
+  }
   const auto& evs = res.events();
   using AT = libkineto::ActivityType;
   std::vector<int64_t> name, at, corr, linked, dev, stream, start, dur, nbytes;
@@ -237,7 +259,7 @@ py::dict device_events(py::handle kr, bool all) {
   std::unordered_map<int, bool> host_of;
   std::unordered_map<int, int64_t> skipped;
   for (const KinetoEvent& e : evs) {
-    int t = e.activityType();
+    int t = activity_of(e);
     bool device = t == static_cast<int>(AT::CONCURRENT_KERNEL) || t == static_cast<int>(AT::GPU_MEMCPY) ||
         t == static_cast<int>(AT::GPU_MEMSET);
     if (!device && !all) {
