@@ -45,7 +45,11 @@ def load(quiet: bool = False) -> Any:
         # The profiler headers include Kineto's `ActivityType.h` by its bare name.
         kineto = [os.path.join(p, "kineto") for p in cpp_extension.include_paths()
                   if os.path.isdir(os.path.join(p, "kineto"))]
-        mod = cpp_extension.load(name=f"dlpt_record_native_{tag}", sources=[SOURCE], extra_include_paths=kineto,
+        name = f"dlpt_record_native_{tag}"
+        if not quiet and not _built(cpp_extension, name):
+            # The first recording with this torch compiles for ~10-20 s: say why it pauses.
+            print("dlpt: building the native profile reader (once per torch version)…", file=sys.stderr, flush=True)
+        mod = cpp_extension.load(name=name, sources=[SOURCE], extra_include_paths=kineto,
                                  extra_cflags=["-O2"], verbose=False)
     except Exception as e:  # noqa: BLE001 - any failure means the Python path, never a lost recording
         mod = None
@@ -58,3 +62,11 @@ def load(quiet: bool = False) -> Any:
                   file=sys.stderr, flush=True)
     _loaded["mod"] = mod
     return mod
+
+
+def _built(cpp_extension: Any, name: str) -> bool:
+    try:
+        d = cpp_extension._get_build_directory(name, False)
+    except Exception:  # noqa: BLE001 - a private helper of torch's: if it moved, just say nothing
+        return True
+    return os.path.exists(os.path.join(d, f"{name}.so"))

@@ -225,6 +225,8 @@ def test_failed_build_falls_back_with_one_notice(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     notes = [ln for ln in r.stderr.splitlines() if "native fast path" in ln]
     assert len(notes) == 1 and notes[0].startswith("dlpt: "), r.stderr
+    # A fresh extensions folder: the pause of the first build is announced.
+    assert "dlpt: building the native profile reader" in r.stderr
     import dlpt
 
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
