@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors import record_native
+from dlpt.collectors import record_columns, record_native
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, BACKWARD_PREFIX, NO_LAUNCH, LinkResult, unattributed_frame
 from dlpt.collectors.record_trace import DeviceColumns, device_columns
@@ -456,7 +456,12 @@ class Recorder:
         try:
             t0 = time.perf_counter()
             cols = self._native_tree(kr)
-            w = self._walk_tree(kr) if cols is None else self._walk_columns(kr, cols)
+            if cols is None:
+                # No native reader: the same columns through torch's pybind wrappers (slower).
+                t = time.perf_counter()
+                cols = record_columns.event_tree(kr)
+                self.post_parts["tree"] += time.perf_counter() - t
+            w = self._walk_columns(kr, cols)
             del cols
             t1 = time.perf_counter()
             self._device_events(kr, w)
@@ -465,226 +470,6 @@ class Recorder:
         finally:
             if was:
                 gc.enable()
-
-    def _walk_tree(self, kr: Any) -> _Walked:
-        """Fold the profiler's event tree into the CCT. Each pybind attribute costs a call and
-        often a new object, so every node is read once, and only for what its kind needs: the
-        kind itself comes from the type of `extra_fields`, which ops and calls need anyway."""
-        from torch._C import _profiler as P
-
-        EF_OP, EF_CALL, EF_CCALL, EF_KIN = (P._ExtraFields_TorchOp, P._ExtraFields_PyCall,
-                                            P._ExtraFields_PyCCall, P._ExtraFields_Kineto)
-        child = self.builder.child
-        frames = self.frames
-        py, def_frame = self._py, self._def
-        out = self.out
-        w = _Walked()
-        op_node, rt_node, rt_row = w.op_node, w.rt_node, w.rt_row
-        sp_start, sp_end, sp_ctx, sp_par = w.sp_start, w.sp_end, w.sp_ctx, w.sp_par
-        op_lo, op_hi = w.op_lo, w.op_hi
-        op_frames: dict[str, int] = {}
-        # (context, frame) → node: one dict probe instead of a method call per node.
-        edge: dict[tuple[int, int], int] = {}
-        # (context, file, line, function) of a call site → its node (the context itself when the
-        # file is dropped): a Python call frame's node is found once, not per call.
-        site: dict[tuple[int, str, int, str], int] = {}
-        fwd: dict[tuple[int, int], int] = {}  # (thread, sequence number) → forward op node
-        fwd_tids: dict[int, set[int]] = {}
-        backward: list[tuple[Any, int, int, int, int]] = []
-        bwd_frame = frames.intern(BACKWARD_FRAME)
-        cpu_node, cpu_self = out.cpu_node, out.cpu_self
-        # Device events find their op by correlation id; without a GPU there are none.
-        link_ops = self.cuda
-
-        def at_site(ctx: int, c: Any) -> int:
-            try:
-                file, line, func = c.file_name, c.line_number, c.function_name
-            except UnicodeDecodeError:
-                # A name torch read from freed memory (see `_KEPT`): keep the work, lose the name.
-                file, line, func = "<undecodable>", c.line_number, "<undecodable>"
-            key = (ctx, file, line, func)
-            node = site.get(key)
-            if node is None:
-                f = py(file, line, func)
-                node = site[key] = child(ctx, f) if f >= 0 else ctx
-            return node
-
-        def walk(root: Any, ctx: int, tid: int, op_row: int = -1, par: int = -1, placed: bool = False,
-                 tree_root: Any = None) -> None:
-            """Fold one subtree into the tree beneath `ctx`. `placed`: the root is a backward op
-            whose context is already decided; `tree_root`: the root has no parent (its Python
-            call has no call site). `op_row` is the enclosing op's cpu row, `par` the enclosing
-            span inside that op (see `_Walked`)."""
-            # (node, context, [call's extra fields, its def-line node] or None, op row, span);
-            # a node of None is an op's exit: its descendants' spans end there.
-            stack: list[tuple[Any, int, Any, int, int]] = [(root, ctx, None, op_row, par)]
-            first = root if placed else None
-            pop, push = stack.pop, stack.append
-            while stack:
-                n, ctx, src, row, par = pop()
-                if n is None:
-                    op_hi[ctx] = len(sp_start)
-                    continue
-                ef = n.extra_fields
-                t = type(ef)
-                if t is EF_OP:
-                    try:
-                        name = n.name
-                    except UnicodeDecodeError:
-                        # Seen in torch 2.13: a name that is not valid UTF-8. Its work still counts.
-                        name = "<undecodable name>"
-                    if src is not None:
-                        # An op reached without a recorded call (`x + y`): the function's def line.
-                        d = src[1]
-                        if d < 0:
-                            cs = src[0].callsite
-                            d = src[1] = child(ctx, def_frame(cs.file_name, cs.line_number, cs.function_name))
-                        ctx = d
-                    seq = ef.sequence_number
-                    if seq >= 0 and n is not first and name.startswith(BACKWARD_PREFIX):
-                        # Placed once the forward ops of every thread are known.
-                        backward.append((n, ctx, tid, row, par))
-                        continue
-                    f = op_frames.get(name)
-                    if f is None:
-                        f = op_frames[name] = frames.intern(Frame("op", name))
-                    key = (ctx, f)
-                    node = edge.get(key)
-                    if node is None:
-                        node = edge[key] = child(ctx, f)
-                    if seq >= 0:
-                        # The last op to carry a sequence number is the one that made the node.
-                        fwd[(tid, seq)] = node
-                        ts = fwd_tids.get(seq)
-                        if ts is None:
-                            fwd_tids[seq] = {tid}
-                        elif tid not in ts:
-                            ts.add(tid)
-                    if link_ops:
-                        op_node[n.correlation_id] = node
-                    if row >= 0:
-                        # An op inside an op: a span where a runtime call filed under the outer
-                        # op may have been made.
-                        s, e = n.start_time_ns, n.end_time_ns
-                        dur = e - s
-                        cpu_self[row] -= dur
-                        sp_par.append(par)
-                        par = len(sp_start)
-                        sp_start.append(s)
-                        sp_end.append(e)
-                        sp_ctx.append(node)
-                    else:
-                        dur = n.duration_time_ns
-                    r2 = len(cpu_node)
-                    cpu_node.append(node)
-                    cpu_self.append(dur)
-                    kids = n.children
-                    if kids:
-                        op_lo[r2] = len(sp_start)
-                        push((None, r2, None, -1, -1))
-                        for c in reversed(kids):
-                            push((c, node, None, r2, par))
-                elif t is EF_CALL:
-                    if n is not tree_root:
-                        ctx = at_site(ctx, ef.caller)
-                    m = ef.module
-                    if m is not None:
-                        name = n.name  # "nn.Module: Linear_0"
-                        f = op_frames.get(name)
-                        if f is None:
-                            f = op_frames[name] = frames.intern(Frame("module", name[len("nn.Module: "):]))
-                        ctx = child(ctx, f)
-                        cell = None
-                    else:
-                        cell = [ef, -1]
-                    if row >= 0:
-                        sp_par.append(par)
-                        par = len(sp_start)
-                        sp_start.append(n.start_time_ns)
-                        sp_end.append(n.end_time_ns)
-                        sp_ctx.append(ctx)
-                    for c in reversed(n.children):
-                        push((c, ctx, cell, row, par))
-                elif t is EF_CCALL:
-                    ctx = at_site(ctx, ef.caller)
-                    if row >= 0:
-                        sp_par.append(par)
-                        par = len(sp_start)
-                        sp_start.append(n.start_time_ns)
-                        sp_end.append(n.end_time_ns)
-                        sp_ctx.append(ctx)
-                    for c in reversed(n.children):
-                        push((c, ctx, None, row, par))
-                else:
-                    if t is EF_KIN and n is not root:
-                        # Only runtime calls nested in a context: a bare one says nothing.
-                        corr = n.correlation_id
-                        if corr not in rt_node:
-                            rt_node[corr] = ctx
-                            if row >= 0:
-                                # torch files a runtime call under the op it is linked to, even when
-                                # Python code inside the op made it; placed once the op's inner
-                                # calls are all known (they follow it among the op's children).
-                                rt_row[corr] = (row, n)
-                            if row >= 0 and ctx == cpu_node[row]:
-                                # A runtime call right under an op is one torch linked to the op:
-                                # its children are only its own device events (same correlation,
-                                # nothing to add), so their wrappers are not made at all.
-                                continue
-                    for c in reversed(n.children):
-                        push((c, ctx, src, row, par))
-
-        t0 = time.perf_counter()
-        tree = kr.experimental_event_tree()
-        self.post_parts["tree"] += time.perf_counter() - t0
-        roots = []
-        for r in tree:
-            roots.append((r.start_time_ns, r.start_tid, type(r.extra_fields), r))
-        roots.sort(key=_FIRST)
-        py_tids = {tid for _, tid, t, _ in roots if t is EF_CALL}
-        for _, tid, t, r in roots:
-            if t is EF_OP:
-                name = _name(r)
-                if name.startswith(THREAD_MARK):
-                    try:
-                        key = int(name[len(THREAD_MARK):])
-                    except ValueError:
-                        key = -1
-                    if key in self._threads:
-                        base = self._tid_base[tid] = self._thread_base(key)
-                        for c in reversed(r.children):
-                            walk(c, base, tid)
-                        continue
-            if tid in py_tids:
-                base = 0
-            else:
-                base = self._tid_base.get(tid, -1)
-                if base < 0:
-                    # A thread not started while recording (autograd's device threads, a
-                    # thread from before): its work is still counted, under its thread node.
-                    base = self._tid_base[tid] = child(0, frames.intern(Frame("thread", f"[thread {tid}]")))
-            walk(r, base, tid, tree_root=r)
-
-        # Backward ops under the forward op that made their autograd node.
-        fwd_tid_of: dict[int, int] | None = None
-        for n, ctx, tid, op_row, par in backward:
-            seq = n.extra_fields.sequence_number
-            tids = fwd_tids.get(seq, ())
-            fnode = -1
-            if len(tids) == 1:
-                fnode = fwd[(next(iter(tids)), seq)]
-            elif tids:
-                if fwd_tid_of is None:
-                    # Several threads ran forward ops with this number: ask which one.
-                    fwd_tid_of = {e.correlation_id(): e.fwd_thread_id() for e in kr.events()
-                                  if e.sequence_nr() >= 0 and e.name().startswith(BACKWARD_PREFIX)}
-                fnode = fwd.get((fwd_tid_of.get(n.correlation_id, -1), seq), -1)
-            if fnode >= 0:
-                ctx = child(fnode, bwd_frame)
-            else:
-                self.unlinked_backward += 1
-            walk(n, ctx, tid, op_row, par, placed=True)
-        return w
 
     def _native_tree(self, kr: Any) -> dict[str, Any] | None:
         """The event tree as columns from the native reader, or None: no reader, or it cannot
@@ -702,9 +487,9 @@ class Recorder:
         return cols
 
     def _walk_columns(self, kr: Any, T: dict[str, Any]) -> _Walked:
-        """`_walk_tree` over the native reader's columns (collectors/native/record_native.cpp):
-        the same fold, step for step, with a node's preorder index where that walk has its
-        pybind wrapper; the children of node n are n+1, then each one's `end`, up to `end[n]`."""
+        """Fold the profiler's event tree, as preorder columns (from the native reader,
+        collectors/native/record_native.cpp, or `record_columns.event_tree`), into the CCT. The
+        children of node n are n+1, then each one's `end`, up to `end[n]`."""
         K_OP, K_CALL, K_CCALL, K_KIN = (record_native.K_OP, record_native.K_CALL, record_native.K_CCALL,
                                         record_native.K_KINETO)
         kind, end, start, stop, tids, corrs = T["kind"], T["end"], T["start"], T["stop"], T["tid"], T["corr"]
@@ -712,7 +497,7 @@ class Recorder:
         cfile, cline, cfunc = T["caller_file"], T["caller_line"], T["caller_func"]
         sfile, sline, sfunc = T["site_file"], T["site_line"], T["site_func"]
         # A name torch read from freed memory, or one that is not valid UTF-8 (None here), is
-        # named as `_walk_tree` names it: the work is kept, the name lost.
+        # named `<undecodable…>`: the work is kept, the name lost.
         names = ["<undecodable name>" if v is None else v for v in T["names"]]
         strs = T["strs"]
         child = self.builder.child
@@ -748,7 +533,7 @@ class Recorder:
 
         def walk(root: int, ctx: int, tid: int, op_row: int = -1, par: int = -1, placed: bool = False,
                  tree_root: int = -1) -> None:
-            # As in `_walk_tree`; an op's exit is a node of -1 whose context is the op's row.
+            # An op's exit is a node of -1 whose context is the op's row.
             stack: list[tuple[int, int, Any, int, int]] = [(root, ctx, None, op_row, par)]
             first = root if placed else -1
             pop, push = stack.pop, stack.append
@@ -847,7 +632,7 @@ class Recorder:
                         if row >= 0:
                             rt_row[corr] = (row, start[n])
                         if row >= 0 and ctx == cpu_node[row]:
-                            continue  # its children are its own device events: see `_walk_tree`
+                            continue  # its children are only its own device events
                 if e > n + 1:
                     kids = []
                     c = n + 1
@@ -857,7 +642,7 @@ class Recorder:
                     for c in reversed(kids):
                         push((c, ctx, src, row, par))
 
-        roots = sorted(T["roots"], key=start.__getitem__)  # stable, as `_walk_tree` sorts
+        roots = sorted(T["roots"], key=start.__getitem__)  # stable: roots in time order
         py_tids = {tids[r] for r in roots if kind[r] == K_CALL}
         for r in roots:
             tid = tids[r]
@@ -1193,18 +978,6 @@ def _quiet_kineto() -> Iterator[None]:
             keep = [ln for ln in tmp.read().splitlines(keepends=True) if not ln.startswith(_KINETO_NOISE)]
             if keep:
                 os.write(2, b"".join(keep))
-
-
-def _FIRST(x: tuple) -> Any:
-    return x[0]
-
-
-def _name(n: Any) -> str:
-    try:
-        return n.name
-    except UnicodeDecodeError:
-        # Seen in torch 2.13: a node whose name is not valid UTF-8. Its work still counts.
-        return "<undecodable name>"
 
 
 def _def_line(path: str, line: int) -> int:
