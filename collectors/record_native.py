@@ -1,6 +1,7 @@
 """The recorder's native fast path: `native/record_native.cpp`, JIT-built against the running
 torch with `torch.utils.cpp_extension.load` (cached in torch's extensions folder, so only the
-first recording on a machine compiles it), reads a stopped profiler's result into flat columns.
+first recording on a machine compiles it), folds a stopped profiler's result into a
+window-local tree that the recorder merges into the profile (`Recorder._merge_native`).
 
 Anything that keeps it from working — no compiler or ninja, a torch whose profiler structs the
 source does not match, `DLPT_NATIVE=0` — leaves `load()` returning None, and the recorder uses
@@ -19,6 +20,12 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "rec
 
 # Node kinds in `event_tree()`'s `kind` column (as the .cpp numbers them).
 K_OP, K_CALL, K_CCALL, K_KINETO, K_OTHER = range(5)
+
+# Local frame types of `fold()`'s tree (as the .cpp numbers them); the columns fa/fb/fc hold:
+# SITE, DEF: file, line, function (file and function index `strs`); OP, MODULE: name index;
+# THREAD: thread key, tid; TID: tid; KERNEL, MEMCPY, MEMSET: name index.
+(F_ROOT, F_SITE, F_DEF, F_OP, F_MODULE, F_BACKWARD, F_THREAD, F_TID, F_UNATTR,
+ F_KERNEL, F_MEMCPY, F_MEMSET) = range(12)
 
 _loaded: dict[str, Any] = {}
 

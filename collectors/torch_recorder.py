@@ -43,6 +43,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from dlpt.cct import TreeBuilder
 from dlpt.collectors import record_columns, record_native
 from dlpt.collectors.kineto import finish
@@ -447,44 +449,136 @@ class Recorder:
     # ----- folding one window into the tree -----
 
     def _ingest(self, kr: Any) -> None:
-        # The walk makes a pybind wrapper for every node it touches and drops it at once; the
-        # cyclic GC would scan those young objects over and over (on a 300k-node tree, reading
-        # `children` alone took 0.74 s with it on and 0.18 s with it off). Nothing made here
-        # forms a cycle, so pausing it loses nothing.
+        # The Python path makes a pybind wrapper for every node it touches and drops it at once;
+        # the cyclic GC would scan those young objects over and over (on a 300k-node tree,
+        # reading `children` alone took 0.74 s with it on and 0.18 s with it off). Nothing made
+        # here forms a cycle, so pausing it loses nothing.
         was = gc.isenabled()
         gc.disable()
         try:
+            if self._native is not None and DEVICE_SOURCE != "trace" and self._native_fold(kr):
+                return
+            # No native reader: the same fold in Python, over the same columns read through
+            # torch's pybind wrappers (slower).
             t0 = time.perf_counter()
-            cols = self._native_tree(kr)
-            if cols is None:
-                # No native reader: the same columns through torch's pybind wrappers (slower).
-                t = time.perf_counter()
-                cols = record_columns.event_tree(kr)
-                self.post_parts["tree"] += time.perf_counter() - t
+            cols = record_columns.event_tree(kr)
+            t1 = time.perf_counter()
             w = self._walk_columns(kr, cols)
             del cols
-            t1 = time.perf_counter()
+            t2 = time.perf_counter()
             self._device_events(kr, w)
-            self.post_parts["walk"] += t1 - t0
-            self.post_parts["device"] += time.perf_counter() - t1
+            self.post_parts["tree"] += t1 - t0
+            self.post_parts["walk"] += t2 - t1
+            self.post_parts["device"] += time.perf_counter() - t2
         finally:
             if was:
                 gc.enable()
 
-    def _native_tree(self, kr: Any) -> dict[str, Any] | None:
-        """The event tree as columns from the native reader, or None: no reader, or it cannot
-        read this result (then the Python path is used from here on)."""
-        if self._native is None:
-            return None
+    def _native_fold(self, kr: Any) -> bool:
+        """Fold the window with the native reader (collectors/native/record_native.cpp) and merge
+        its local tree; False where it cannot read this result (then the Python path folds it,
+        and does from here on)."""
         t0 = time.perf_counter()
         try:
-            cols = self._native.event_tree(kr)
+            F = self._native.fold(kr, BACKWARD_PREFIX, THREAD_MARK, list(self._threads), self.cuda)
         except Exception:  # noqa: BLE001 - a cast torch refuses: the Python path reads it instead
+            F = None
+        if F is None:
             self._native = None
-            return None
-        self.post_parts["tree"] += time.perf_counter() - t0
+            return False
+        t1 = time.perf_counter()
+        self._merge_native(F)
+        self.post_parts["fold"] += t1 - t0
+        self.post_parts["merge"] += time.perf_counter() - t1
         self.native_used = True
-        return cols
+        return True
+
+    def _merge_native(self, F: dict[str, Any]) -> None:
+        """Merge the native fold's window-local tree into the profile's tree: one step per
+        distinct local context (not per event), in the order the fold made them, so that nodes
+        and frames are numbered as the Python fold numbers them. Frames resolve here, where the
+        file paths are known: a local call site in a dropped file maps onto its parent."""
+        R = record_native
+        i64 = np.int64
+
+        def col(k: str) -> np.ndarray:
+            return np.frombuffer(F[k], dtype=i64)
+
+        names = ["<undecodable name>" if v is None else v for v in F["names"]]
+        strs = F["strs"]
+        ftype, fa, fb, fc = (col(k).tolist() for k in ("ftype", "fa", "fb", "fc"))
+        frames = self.frames
+        child = self.builder.child
+        bwd = frames.intern(BACKWARD_FRAME)
+        leaf = {R.F_KERNEL: "kernel", R.F_MEMCPY: "memcpy", R.F_MEMSET: "memset"}
+
+        def resolve(lf: int) -> int:
+            t = ftype[lf]
+            if t == R.F_SITE or t == R.F_DEF:
+                file, func = strs[fa[lf]], strs[fc[lf]]
+                if file is None or func is None:
+                    file = func = "<undecodable>"
+                return self._py(file, fb[lf], func) if t == R.F_SITE else self._def(file, fb[lf], func)
+            if t == R.F_OP:
+                return frames.intern(Frame("op", names[fa[lf]]))
+            if t == R.F_MODULE:
+                return frames.intern(Frame("module", names[fa[lf]][len("nn.Module: "):]))
+            if t == R.F_BACKWARD:
+                return bwd
+            if t == R.F_UNATTR:
+                return frames.intern(unattributed_frame(NO_LAUNCH))
+            return frames.intern(Frame(leaf[t], names[fa[lf]]))
+
+        gframe = [-2] * len(ftype)  # -2: not resolved yet; -1: a dropped file's frame
+        parent, frame = col("parent").tolist(), col("frame").tolist()
+        g = [0] * len(parent)
+        tid_base = self._tid_base
+        for i in range(1, len(parent)):
+            lf = frame[i]
+            t = ftype[lf]
+            if t == R.F_THREAD:
+                node = tid_base[fb[lf]] = self._thread_base(fa[lf])
+            elif t == R.F_TID:
+                tid = fa[lf]
+                node = tid_base.get(tid, -1)
+                if node < 0:
+                    node = tid_base[tid] = child(0, frames.intern(Frame("thread", f"[thread {tid}]")))
+            else:
+                f = gframe[lf]
+                if f == -2:
+                    f = gframe[lf] = resolve(lf)
+                node = g[parent[i]]
+                if f >= 0:
+                    node = child(node, f)
+            g[i] = node
+        gnode = np.asarray(g, dtype=i64)
+        out = self.out
+        out.cpu_node += gnode[col("cpu_node")].tolist()
+        out.cpu_self += col("cpu_self").tolist()
+        act_frame = col("act_frame")
+        if len(act_frame):
+            kind_of = np.zeros(len(ftype), dtype=i64)
+            for lf, t in enumerate(ftype):
+                if t == R.F_KERNEL:
+                    kind_of[lf] = KERNEL
+                elif t == R.F_MEMSET:
+                    kind_of[lf] = MEMSET
+                elif t == R.F_MEMCPY:
+                    kind_of[lf] = copy_kind(names[fa[lf]])
+            out.node += gnode[col("act_node")].tolist()
+            out.kind += kind_of[act_frame].tolist()
+            out.name += np.asarray(gframe, dtype=i64)[act_frame].tolist()
+            out.device += col("device").tolist()
+            out.stream += col("stream").tolist()
+            out.start += col("start").tolist()
+            out.duration += col("dur").tolist()
+            out.nbytes += col("nbytes").tolist()
+        stats = self.link_stats
+        for at, v in F["skipped"].items():
+            stats["skipped:" + at] += v
+        for k, v in F["links"].items():
+            stats[k] += v
+        self.unlinked_backward += F["unlinked_backward"]
 
     def _walk_columns(self, kr: Any, T: dict[str, Any]) -> _Walked:
         """Fold the profiler's event tree, as preorder columns (from the native reader,
@@ -660,7 +754,7 @@ class Recorder:
                         while c < e:
                             kids.append(c)
                             c = end[c]
-                        for c in reversed(kids):
+                        for c in kids:  # in time order, as the thread ran them
                             walk(c, base, tid)
                         continue
             if tid in py_tids:
@@ -709,8 +803,6 @@ class Recorder:
             corrs = cols.corr
             linked: list[int] | None = cols.linked
             rest: Any = cols
-        elif self._native is not None and (nat := self._native_device_columns(kr)) is not None:
-            names, kinds, corrs, linked, rest = nat
         else:
             got = self._device_event_columns(kr)
             if got is None:
@@ -721,29 +813,6 @@ class Recorder:
         if not names:
             return
         self._place_device(w, names, kinds, corrs, linked, rest)
-
-    def _native_device_columns(self, kr: Any) -> tuple[list[str], list[int], list[int], list[int], DeviceColumns] | None:
-        """Device events from the native reader: names, kinds, correlation ids, linked ids and
-        the rest as the trace source's columns; None where it cannot read this result."""
-        try:
-            d = self._native.device_events(kr)
-        except Exception:  # noqa: BLE001 - a cast torch refuses: the Python path reads it instead
-            self._native = None
-            return None
-        if d is None:
-            return None  # a torch whose events have no activity type: the Python path knows it
-        stats = self.link_stats
-        for at, v in d["skipped"].items():
-            stats["skipped:" + at] += v
-        nm = ["<undecodable name>" if v is None else v for v in d["names"]]
-        cols = DeviceColumns()
-        cols.name = [nm[i] for i in d["name"]]
-        kind_of = {a: _DEVICE_KINDS[n] for a, n in d["activity_names"].items()}
-        kinds = list(map(kind_of.__getitem__, d["activity"]))
-        cols.corr, cols.linked = d["corr"], d["linked"]
-        cols.device, cols.stream, cols.start, cols.dur, cols.nbytes = (d["device"], d["stream"], d["start"],
-                                                                         d["dur"], d["nbytes"])
-        return cols.name, kinds, cols.corr, cols.linked, cols
 
     def _device_event_columns(self, kr: Any) -> Any:
         """The fallback: device events through pybind, sifted and read a column at a time
@@ -931,18 +1000,17 @@ class _Walked:
         self.op_lo: dict[int, int] = {}
         self.op_hi: dict[int, int] = {}
 
-    def innermost(self, row: int, rt: Any, default: int) -> int:
+    def innermost(self, row: int, t: int, default: int) -> int:
         """The context of the innermost call or op inside op `row` whose [start, end) holds
-        the start t of runtime call `rt`, else `default`: the last span starting at or before t, then up its enclosing
-        spans until one is still open at t — exact, and as many steps as the nesting is deep."""
+        t (a runtime call's start), else `default`: the last span starting at or before t, then
+        up its enclosing spans until one is still open at t — exact, and as many steps as the
+        nesting is deep."""
         lo = self.op_lo.get(row)
         if lo is None:
             return default
         hi = self.op_hi.get(row, lo)
         if hi <= lo:
             return default
-        # The native walk keeps the runtime call's start itself; the Python walk its node.
-        t = rt if rt.__class__ is int else rt.start_time_ns
         k = bisect.bisect_right(self.sp_start, t, lo, hi) - 1
         sp_end, sp_par = self.sp_end, self.sp_par
         while k >= lo:

@@ -311,9 +311,8 @@ def test_innermost_span_of_a_runtime_call() -> None:
     that op instance open at the call's start, found through the enclosing spans."""
     from dlpt.collectors.torch_recorder import _Walked
 
-    class Rt:  # the one field `innermost` reads of a profiler node
-        def __init__(self, t: int) -> None:
-            self.start_time_ns = t
+    def Rt(t: int) -> int:  # the runtime call's start, which is all `innermost` reads of it
+        return t
 
     w = _Walked()
     # op row 0 holds: A [10, 50) ⊃ B [20, 30), then C [60, 70); row 1 (another instance) D [100, 200).
