@@ -11,6 +11,7 @@ next; the median over repeats is reported.
     python bench/bench_record.py --quick
     python bench/bench_record.py --baseline OLD.py    # also time another torch_recorder.py, interleaved
     python bench/bench_record.py --native             # native reader ("new") vs the Python path ("python")
+    python bench/bench_record.py --native --free now  # also time freeing torch's results (not done by dlpt record)
 
 Workloads (each iteration):
 - `flat`: 4 in-place ops on one tensor, called straight from the loop (as gpu_proof's (d));
@@ -70,6 +71,8 @@ try:  # one window: the time and memory bounds would split it
     rec = Recorder(command="bench", window=None, quiet=True, window_seconds=None, window_bytes=None)
 except TypeError:  # a baseline recorder from before the bounds
     rec = Recorder(command="bench", window=None, quiet=True)
+if hasattr(rec, "final_free"):
+    rec.final_free = spec["free"]
 rec.start()
 t0 = time.perf_counter()
 if kind == "flat":
@@ -100,6 +103,12 @@ if spec.get("cprofile"):
 t0 = time.perf_counter()
 prof = rec.stop()
 stop_s = time.perf_counter() - t0
+# A window freed on a background thread: how long after stop() it still runs.
+wait_s = 0.0
+if getattr(rec, "_native", None) is not None and hasattr(rec._native, "join_released"):
+    t1 = time.perf_counter()
+    rec._native.join_released()
+    wait_s = time.perf_counter() - t1
 if cp is not None:
     import pstats
     with open(spec["cprofile"], "w") as f:
@@ -119,15 +128,16 @@ acts = sorted(zip(map(path_of, o.node), o.kind, [fr[i].name for i in o.name], o.
 digest = {"ops": hashlib.sha256(json.dumps(sorted(ops_per_path.items())).encode()).hexdigest()[:16],
           "activities": hashlib.sha256(json.dumps(acts).encode()).hexdigest()[:16],
           "activity_paths": hashlib.sha256(json.dumps(sorted(collections.Counter(a[0] for a in acts).items())).encode()).hexdigest()[:16]}
-print(json.dumps({"digest": digest, "native": getattr(rec, "native_used", False), "run_s": run_s, "stop_s": stop_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
+print(json.dumps({"digest": digest, "native": getattr(rec, "native_used", False), "run_s": run_s, "stop_s": stop_s, "free_wait_s": wait_s, "post_s": rec.post_seconds, "torch_stop_s": stop_s - rec.post_seconds,
                   "parts": dict(getattr(rec, "post_parts", {})), "ops": len(rec.out.cpu_node), "gpu_events": len(prof.activities), "nodes": len(prof.cct),
                   "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__}))
 """
 
 
 def run_one(workload: str, iters: int, recorder: str | None, cprofile: str | None = None,
-            env: dict | None = None) -> dict:
-    spec = json.dumps({"workload": workload, "iters": iters, "recorder": recorder, "cprofile": cprofile})
+            env: dict | None = None, free: str = "exit") -> dict:
+    spec = json.dumps({"workload": workload, "iters": iters, "recorder": recorder, "cprofile": cprofile,
+                       "free": free})
     r = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True, timeout=1200,
                        env={**os.environ, **(env or {})})
     if r.returncode != 0:
@@ -150,6 +160,9 @@ def main() -> None:
     ap.add_argument("--native", action="store_true",
                     help="time the native reader (collectors/native/) against the Python path (DLPT_NATIVE=0), "
                     "interleaved, and compare the two profiles' digests")
+    ap.add_argument("--free", choices=("exit", "background", "now"), default="exit",
+                    help="how the last window's events are freed: not at all, as `dlpt record` does since "
+                    "the process exits (default); on a background thread (dlpt.profile); now, timed")
     ap.add_argument("--sizes", metavar="N,N", help="iterations for every workload (default: per workload)")
     a = ap.parse_args()
     if importlib.util.find_spec("torch") is None:
@@ -174,7 +187,7 @@ def main() -> None:
                     env = {"DLPT_DEVICE_EVENTS": "trace"} if vname == "trace" else {}
                     if a.native:  # "new" is the native reader, "python" the same recorder without it
                         env["DLPT_NATIVE"] = "0" if vname == "python" else "1"
-                    r = run_one(wl, iters, path, cpf, env)
+                    r = run_one(wl, iters, path, cpf, env, a.free)
                     r.update(workload=wl, iters=iters, version=vname, repeat=rep)
                     runs.append(r)
                     if a.native and r["native"] != (vname != "python"):

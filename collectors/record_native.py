@@ -11,6 +11,7 @@ failed build says so once, in one `dlpt:` line on stderr.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import sys
@@ -48,7 +49,11 @@ def load(quiet: bool = False) -> Any:
         with open(SOURCE, "rb") as f:
             src = f.read()
         # One build per source, torch and Python: another torch's headers make another module.
-        tag = hashlib.sha256(b"\0".join([src, torch.__version__.encode(), sys.version.encode()])).hexdigest()[:12]
+        # USE_KINETO as torch itself is built: it declares `ProfilerResult::traceActivities()`,
+        # where copies' byte counts are (the reader checks at compile time that it exists).
+        cflags = ["-O2", "-DUSE_KINETO"]
+        tag = hashlib.sha256(b"\0".join([src, torch.__version__.encode(), sys.version.encode(),
+                                          " ".join(cflags).encode()])).hexdigest()[:12]
         # The profiler headers include Kineto's `ActivityType.h` by its bare name.
         kineto = [os.path.join(p, "kineto") for p in cpp_extension.include_paths()
                   if os.path.isdir(os.path.join(p, "kineto"))]
@@ -57,7 +62,9 @@ def load(quiet: bool = False) -> Any:
             # The first recording with this torch compiles for ~10-20 s: say why it pauses.
             print("dlpt: building the native profile reader (once per torch version)…", file=sys.stderr, flush=True)
         mod = cpp_extension.load(name=name, sources=[SOURCE], extra_include_paths=kineto,
-                                 extra_cflags=["-O2"], verbose=False)
+                                 extra_cflags=cflags, verbose=False)
+        # Windows freed on background threads are waited for before the process exits.
+        atexit.register(mod.join_released)
     except Exception as e:  # noqa: BLE001 - any failure means the Python path, never a lost recording
         mod = None
         if not quiet:

@@ -234,3 +234,44 @@ def test_failed_build_falls_back_with_one_notice(tmp_path: Path) -> None:
 
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
     assert prof.meta["post_processing_parts_s"] and any(f.name == "aten::add_" for f in prof.frames)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_release_takes_the_windows_events(native, mode: int) -> None:
+    """`release` takes a stopped window's events out of torch's result, to be freed now (timed),
+    on a background thread, or never (the process is exiting); the result is left empty."""
+    from torch.profiler import profile
+
+    x = torch.randn(16, 16)
+    with profile(with_stack=True) as p:
+        for _ in range(20):
+            _work(x)
+    kr = p.profiler.kineto_results
+    assert len(kr.events()) > 40 and len(kr.experimental_event_tree()) > 0
+    got = native.release(kr, mode)
+    if mode == 0:
+        assert set(got) == {"tree_s", "events_s"} and min(got.values()) >= 0
+    else:
+        assert got == {}
+    native.join_released()
+    assert kr.events() == [] and kr.experimental_event_tree() == []
+    p.profiler.kineto_results = None  # torch's own destructor runs on the emptied result
+
+
+def test_recorder_frees_windows_in_the_background(native) -> None:
+    """A recording with many windows: each is handed to `release` (the native path), the
+    profile holds every window's ops, and the post-processing parts say where time went."""
+    rec = Recorder(command="release-test", window=2, quiet=True, window_seconds=None, window_bytes=None)
+    rec.final_free = "now"
+    rec.start()
+    x = torch.randn(8, 8)
+    for _ in range(7):
+        _work(x)
+        rec.step(explicit=True)
+    prof = rec.stop()
+    native.join_released()
+    assert rec.windows == 4 and rec.native_used
+    assert {"fold", "merge", "drop", "free_tree", "free_events"} <= set(rec.post_parts)
+    mm = [n for n in rec.out.cpu_node if rec.frames[rec.builder.frame[n]].name == "aten::mm"]
+    assert len(mm) == 7  # one op row per call, from all four windows
+    assert any(f.kind == "op" and f.name == "aten::mm" for f in prof.frames)

@@ -18,9 +18,15 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/collection.h>
+#if __has_include(<ITraceActivity.h>)
+#include <ITraceActivity.h>  // Kineto's activity records (their metadata has copies' bytes)
+#define DLPT_HAVE_TRACE_ACTIVITY 1
+#endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -301,6 +307,7 @@ struct has_trace_activities<T, std::void_t<decltype(std::declval<T&>().traceActi
 template <typename R>
 std::unordered_map<int64_t, int64_t> trace_bytes(R& res) {
   std::unordered_map<int64_t, int64_t> out;
+#ifdef DLPT_HAVE_TRACE_ACTIVITY
   if constexpr (has_trace_activities<R>::value) {
     const std::vector<const libkineto::ITraceActivity*>* acts = nullptr;
     try {
@@ -324,6 +331,7 @@ std::unordered_map<int64_t, int64_t> trace_bytes(R& res) {
       }
     }
   }
+#endif
   return out;
 }
 
@@ -872,12 +880,73 @@ py::object fold(py::handle kr, const std::string& backward_prefix, const std::st
   return d;
 }
 
+// ---------------------------------------------------------------- dropping a window's results
+
+// A window's events, taken out of its ProfilerResult so that freeing them (torch's destructors:
+// ~0.3 s per 100k GPU events on an H100, docs/BENCHMARKS.md) need not hold up the program.
+// Nothing in them refers to a Python object (no inputs are recorded: record_shapes is off), so
+// they may be freed without the GIL.
+struct Released {
+  std::vector<KinetoEvent> events;
+  std::vector<torch::autograd::profiler::experimental_event_t> tree;
+};
+
+// Threads freeing earlier windows. Never destroyed: a joinable std::thread destroyed at exit
+// would terminate the process; `join_released` (atexit) waits for them instead.
+std::vector<std::thread>& freeing() {
+  static auto* threads = new std::vector<std::thread>;
+  return *threads;
+}
+
+// mode 0: free here (timed, for benchmarks); 1: free on a background thread; 2: never — the
+// process is about to exit and the OS takes the memory back at once.
+py::dict release(py::handle kr, int mode) {
+  ProfilerResult& res = result_of(kr);
+  auto* r = new Released;
+  // Both accessors return references to ProfilerResult's own (non-const) members.
+  r->events.swap(const_cast<std::vector<KinetoEvent>&>(res.events()));
+  r->tree.swap(const_cast<std::vector<torch::autograd::profiler::experimental_event_t>&>(res.event_tree()));
+  py::dict d;
+  if (mode == 0) {
+    double tree_s = 0, events_s = 0;
+    {
+      py::gil_scoped_release nogil;
+      auto t0 = std::chrono::steady_clock::now();
+      r->tree.clear();
+      auto t1 = std::chrono::steady_clock::now();
+      r->events.clear();
+      auto t2 = std::chrono::steady_clock::now();
+      delete r;
+      tree_s = std::chrono::duration<double>(t1 - t0).count();
+      events_s = std::chrono::duration<double>(t2 - t1).count();
+    }
+    d["tree_s"] = tree_s;
+    d["events_s"] = events_s;
+  } else if (mode == 1) {
+    freeing().emplace_back([r] { delete r; });
+  }
+  return d;
+}
+
+void join_released() {
+  std::vector<std::thread> threads;
+  threads.swap(freeing());
+  py::gil_scoped_release nogil;
+  for (auto& t : threads) {
+    if (t.joinable()) {
+      t.join();
+    }
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt: a stopped profiler's result folded into a local tree (collectors/record_native.py)";
   m.def("fold", &fold, py::arg("kineto_results"), py::arg("backward_prefix"), py::arg("thread_mark"),
         py::arg("thread_keys"), py::arg("cuda"));
+  m.def("release", &release, py::arg("kineto_results"), py::arg("mode"));
+  m.def("join_released", &join_released);
   m.def("event_tree", &event_tree, py::arg("kineto_results"));
   m.def("device_events", &device_events, py::arg("kineto_results"), py::arg("all") = false);
 }

@@ -142,6 +142,7 @@ class _Job:
 
         failed = status if status != 0 else 2
         rec = self.rec
+        rec.final_free = "exit"  # type: ignore[attr-defined]  # dlpt exits once the profile is saved
         try:
             prof = rec.stop()  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - a bug in dlpt must not take the program's status
