@@ -166,7 +166,15 @@ def main() -> None:
     _compiled = torch.compile(mlp)
     _compiled(torch.randn(256, 1024, device=dev))  # compiled before recording
     torch.cuda.synchronize()
-    results = {}
+    # What the reader finds in this torch: Kineto's own records of a window with copies.
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        copies()
+        torch.cuda.synchronize()
+    caps = record_native.load().capabilities(p.profiler.kineto_results)
+    print("reader capabilities:", caps, flush=True)
+    results = {"capabilities": caps}
     bad = 0
     for prog in (train, copies, custom_function, cudagraph, threaded, compiled):
         a, b, rec, py = record_both(prog)

@@ -248,13 +248,17 @@ def test_release_takes_the_windows_events(native, mode: int) -> None:
             _work(x)
     kr = p.profiler.kineto_results
     assert len(kr.events()) > 40 and len(kr.experimental_event_tree()) > 0
+    caps = native.capabilities(kr)
+    assert caps["activity_type"] and caps["trace_activity_header"]
+    assert caps["trace_activities"] > 0  # Kineto's own records of the window, reached through `trace_`
     got = native.release(kr, mode)
     if mode == 0:
-        assert set(got) == {"tree_s", "events_s"} and min(got.values()) >= 0
+        assert set(got) == {"tree_s", "events_s", "trace_s"} and min(got.values()) >= 0
     else:
         assert got == {}
     native.join_released()
     assert kr.events() == [] and kr.experimental_event_tree() == []
+    assert native.capabilities(kr)["trace_activities"] == -1  # the trace went with them
     p.profiler.kineto_results = None  # torch's own destructor runs on the emptied result
 
 
@@ -271,7 +275,7 @@ def test_recorder_frees_windows_in_the_background(native) -> None:
     prof = rec.stop()
     native.join_released()
     assert rec.windows == 4 and rec.native_used
-    assert {"fold", "merge", "drop", "free_tree", "free_events"} <= set(rec.post_parts)
+    assert {"fold", "merge", "drop", "free_tree", "free_events", "free_trace"} <= set(rec.post_parts)
     mm = [n for n in rec.out.cpu_node if rec.frames[rec.builder.frame[n]].name == "aten::mm"]
     assert len(mm) == 7  # one op row per call, from all four windows
     assert any(f.kind == "op" and f.name == "aten::mm" for f in prof.frames)

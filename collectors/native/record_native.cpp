@@ -18,8 +18,10 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/collection.h>
-#if __has_include(<ITraceActivity.h>)
-#include <ITraceActivity.h>  // Kineto's activity records (their metadata has copies' bytes)
+#include <torch/csrc/profiler/kineto_shim.h>
+#if __has_include(<ITraceActivity.h>) && __has_include(<ActivityTraceInterface.h>)
+#include <ActivityTraceInterface.h>  // Kineto's trace and activity records (copies' bytes)
+#include <ITraceActivity.h>
 #define DLPT_HAVE_TRACE_ACTIVITY 1
 #endif
 
@@ -295,44 +297,83 @@ int activity_of(const E& e) {
   }
 }
 
-// Whether `ProfilerResult::traceActivities()` is declared (a Kineto build of torch whose header
-// has it): Kineto's own activity records carry a copy's byte count in their metadata when the
-// KinetoEvent does not (torch 2.11's live events have neither `nBytes()` nor metadata for it).
-template <typename T, typename = void>
-struct has_trace_activities : std::false_type {};
-template <typename T>
-struct has_trace_activities<T, std::void_t<decltype(std::declval<T&>().traceActivities())>> : std::true_type {};
+// ProfilerResult keeps Kineto's own activity trace in a private member, `trace_`. Naming it in an
+// explicit template instantiation is allowed whatever its access ([temp.spec.general]/6), which
+// gives a pointer to that member: the trace is where a copy's byte count is (CUPTI's metadata)
+// when torch's KinetoEvent lacks it (torch 2.11's live events have neither `nBytes()` nor
+// metadata), and `release` frees it with the rest of the window.
+using TraceWrapper = torch::profiler::impl::kineto::ActivityTraceWrapper;
+using TracePtr = std::unique_ptr<TraceWrapper> ProfilerResult::*;
+struct TraceMember {
+  friend TracePtr trace_member(TraceMember);
+};
+template <TracePtr M>
+struct ExposeTrace {
+  friend TracePtr trace_member(TraceMember) { return M; }
+};
+template struct ExposeTrace<&ProfilerResult::trace_>;
+
+std::unique_ptr<TraceWrapper>& trace_of(ProfilerResult& res) {
+  return res.*trace_member(TraceMember{});
+}
 
 // Bytes of each copy and memset by correlation id, from Kineto's activity records.
-template <typename R>
-std::unordered_map<int64_t, int64_t> trace_bytes(R& res) {
+std::unordered_map<int64_t, int64_t> trace_bytes(ProfilerResult& res) {
   std::unordered_map<int64_t, int64_t> out;
 #ifdef DLPT_HAVE_TRACE_ACTIVITY
-  if constexpr (has_trace_activities<R>::value) {
-    const std::vector<const libkineto::ITraceActivity*>* acts = nullptr;
-    try {
-      acts = res.traceActivities();
-    } catch (const std::exception&) {
-      acts = nullptr;
+  auto& wrapper = trace_of(res);
+  if (!wrapper || !wrapper->get()) {
+    return out;
+  }
+  const std::vector<const libkineto::ITraceActivity*>* acts = nullptr;
+  try {
+    acts = wrapper->get()->activities();
+  } catch (const std::exception&) {
+    acts = nullptr;
+  }
+  if (acts == nullptr) {
+    return out;
+  }
+  for (const auto* a : *acts) {
+    if (a == nullptr) {
+      continue;
     }
-    if (acts != nullptr) {
-      for (const auto* a : *acts) {
-        if (a == nullptr) {
-          continue;
-        }
-        AT t = a->type();
-        if (t != AT::GPU_MEMCPY && t != AT::GPU_MEMSET) {
-          continue;
-        }
-        int64_t b = metadata_bytes(a->metadataJson());
-        if (b > 0) {
-          out.emplace(a->correlationId(), b);
-        }
-      }
+    AT t = a->type();
+    if (t != AT::GPU_MEMCPY && t != AT::GPU_MEMSET) {
+      continue;
+    }
+    int64_t b = metadata_bytes(a->metadataJson());
+    if (b > 0) {
+      out.emplace(a->correlationId(), b);
     }
   }
 #endif
   return out;
+}
+
+// What the reader can do with this torch (diagnostics; tests and benchmarks print it).
+py::dict capabilities(py::handle kr) {
+  py::dict d;
+  d["activity_type"] = has_activity_type<KinetoEvent>::value;
+#ifdef DLPT_HAVE_TRACE_ACTIVITY
+  d["trace_activity_header"] = true;
+  auto& wrapper = trace_of(result_of(kr));
+  const std::vector<const libkineto::ITraceActivity*>* acts =
+      wrapper && wrapper->get() ? wrapper->get()->activities() : nullptr;
+  d["trace_activities"] = acts == nullptr ? -1 : static_cast<int64_t>(acts->size());
+  py::list copies;
+  if (acts != nullptr) {
+    for (const auto* a : *acts) {
+      if (a != nullptr && (a->type() == AT::GPU_MEMCPY || a->type() == AT::GPU_MEMSET) && copies.size() < 3) {
+        copies.append(py::make_tuple(a->name(), a->correlationId(), a->metadataJson()));
+      }
+    }
+  }
+  d["copy_samples"] = copies;
+#else
+  d["trace_activity_header"] = false;
+#endif
+  return d;
 }
 
 struct Devices {
@@ -889,6 +930,7 @@ py::object fold(py::handle kr, const std::string& backward_prefix, const std::st
 struct Released {
   std::vector<KinetoEvent> events;
   std::vector<torch::autograd::profiler::experimental_event_t> tree;
+  std::unique_ptr<TraceWrapper> trace;  // Kineto's activity records
 };
 
 // Threads freeing earlier windows. Never destroyed: a joinable std::thread destroyed at exit
@@ -906,9 +948,10 @@ py::dict release(py::handle kr, int mode) {
   // Both accessors return references to ProfilerResult's own (non-const) members.
   r->events.swap(const_cast<std::vector<KinetoEvent>&>(res.events()));
   r->tree.swap(const_cast<std::vector<torch::autograd::profiler::experimental_event_t>&>(res.event_tree()));
+  r->trace = std::move(trace_of(res));
   py::dict d;
   if (mode == 0) {
-    double tree_s = 0, events_s = 0;
+    double tree_s = 0, events_s = 0, trace_s = 0;
     {
       py::gil_scoped_release nogil;
       auto t0 = std::chrono::steady_clock::now();
@@ -917,11 +960,14 @@ py::dict release(py::handle kr, int mode) {
       r->events.clear();
       auto t2 = std::chrono::steady_clock::now();
       delete r;
+      auto t3 = std::chrono::steady_clock::now();
       tree_s = std::chrono::duration<double>(t1 - t0).count();
       events_s = std::chrono::duration<double>(t2 - t1).count();
+      trace_s = std::chrono::duration<double>(t3 - t2).count();
     }
     d["tree_s"] = tree_s;
     d["events_s"] = events_s;
+    d["trace_s"] = trace_s;
   } else if (mode == 1) {
     freeing().emplace_back([r] { delete r; });
   }
@@ -945,6 +991,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt: a stopped profiler's result folded into a local tree (collectors/record_native.py)";
   m.def("fold", &fold, py::arg("kineto_results"), py::arg("backward_prefix"), py::arg("thread_mark"),
         py::arg("thread_keys"), py::arg("cuda"));
+  m.def("capabilities", &capabilities, py::arg("kineto_results"));
   m.def("release", &release, py::arg("kineto_results"), py::arg("mode"));
   m.def("join_released", &join_released);
   m.def("event_tree", &event_tree, py::arg("kineto_results"));
