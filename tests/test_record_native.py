@@ -258,7 +258,9 @@ def test_release_takes_the_windows_events(native, mode: int) -> None:
         assert got == {}
     native.join_released()
     assert kr.events() == [] and kr.experimental_event_tree() == []
-    assert native.capabilities(kr)["trace_activities"] == -1  # the trace went with them
+    left = native.capabilities(kr)["trace_activities"]
+    # Kineto's trace goes with them, except to a background thread (torch frees it as before).
+    assert left > 0 if mode == 1 else left == -1
     p.profiler.kineto_results = None  # torch's own destructor runs on the emptied result
 
 

@@ -924,7 +924,7 @@ py::object fold(py::handle kr, const std::string& backward_prefix, const std::st
 // ---------------------------------------------------------------- dropping a window's results
 
 // A window's events, taken out of its ProfilerResult so that freeing them (torch's destructors:
-// ~0.3 s per 100k GPU events on an H100, docs/BENCHMARKS.md) need not hold up the program.
+// ~0.3-0.5 s per 100k GPU events on an H100, docs/BENCHMARKS.md) need not hold up the program.
 // Nothing in them refers to a Python object (no inputs are recorded: record_shapes is off), so
 // they may be freed without the GIL.
 struct Released {
@@ -940,15 +940,21 @@ std::vector<std::thread>& freeing() {
   return *threads;
 }
 
-// mode 0: free here (timed, for benchmarks); 1: free on a background thread; 2: never — the
-// process is about to exit and the OS takes the memory back at once.
+// mode 0: free here (timed, for benchmarks); 1: the events and tree on a background thread (the
+// trace stays with the result); 2: never — the process is about to exit and the OS takes the
+// memory back at once.
 py::dict release(py::handle kr, int mode) {
   ProfilerResult& res = result_of(kr);
   auto* r = new Released;
   // Both accessors return references to ProfilerResult's own (non-const) members.
   r->events.swap(const_cast<std::vector<KinetoEvent>&>(res.events()));
   r->tree.swap(const_cast<std::vector<torch::autograd::profiler::experimental_event_t>&>(res.event_tree()));
-  r->trace = std::move(trace_of(res));
+  if (mode != 1) {
+    // Not on a background thread: Kineto's trace holds CUPTI's activity buffers, and freeing
+    // them while the next window's profiler starts crashed the process ("double free or
+    // corruption", an H100 run of examples/transformer_train.py); torch frees it here instead.
+    r->trace = std::move(trace_of(res));
+  }
   py::dict d;
   if (mode == 0) {
     double tree_s = 0, events_s = 0, trace_s = 0;
