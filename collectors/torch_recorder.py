@@ -61,6 +61,16 @@ MAX_SOURCE_BYTES = 4 << 20  # a generated or data file this large is not code a 
 _DEVICE_KINDS = {"kernel": KERNEL, "gpu_memcpy": -1, "gpu_memset": MEMSET}
 _LEAF_KIND = {KERNEL: "kernel", MEMSET: "memset"}
 
+
+def _leaf_frame(kind: int, name: str) -> Frame:
+    """The frame of a device activity of metric kind `kind` (every copy kind is a "memcpy")."""
+    return Frame(_LEAF_KIND.get(kind, "memcpy"), name)
+
+
+def _module_frame(name: str) -> Frame:
+    """`nn.Module: Linear_0`, as torch names a module's call, is the module frame `Linear_0`."""
+    return Frame("module", name[len("nn.Module: "):])
+
 # Where device events come from: "events" (`kineto_results.events()` through pybind), or
 # "trace" (Kineto's chrome trace, see `record_trace`). Measured on an H100 (docs/BENCHMARKS.md,
 # Recording): the trace places every kernel on the same path but is slower — writing and decoding
@@ -433,7 +443,11 @@ class Recorder:
             self._file_cache[name] = r
         return r
 
-    def _py(self, file: str, line: int, func: str) -> int:
+    def _py(self, file: str | None, line: int, func: str | None) -> int:
+        """A call-site frame; -1 for a dropped file's. A file or function name torch read from
+        freed memory (None: not UTF-8) names both `<undecodable>`."""
+        if file is None or func is None:
+            file = func = "<undecodable>"
         key = (file, line, func)
         f = self._frame_cache.get(key)
         if f is None:
@@ -445,8 +459,10 @@ class Recorder:
                     Frame("python", f"{func} ({path}:{line})", path, line, func))
         return f
 
-    def _def(self, file: str, line: int, func: str) -> int:
+    def _def(self, file: str | None, line: int, func: str | None) -> int:
         """A function at its `def` line: for ops that the profiler gives no line for."""
+        if file is None or func is None:
+            file = func = "<undecodable>"
         key = (file, line, func)
         f = self._def_cache.get(key)
         if f is None:
@@ -533,24 +549,22 @@ class Recorder:
         frames = self.frames
         child = self.builder.child
         bwd = frames.intern(BACKWARD_FRAME)
-        leaf = {R.F_KERNEL: "kernel", R.F_MEMCPY: "memcpy", R.F_MEMSET: "memset"}
+        # A leaf's activity kind: copies by their name's direction, as the Python path does.
+        leaf_kind = {R.F_KERNEL: lambda name: KERNEL, R.F_MEMSET: lambda name: MEMSET, R.F_MEMCPY: copy_kind}
 
         def resolve(lf: int) -> int:
             t = ftype[lf]
             if t == R.F_SITE or t == R.F_DEF:
-                file, func = strs[fa[lf]], strs[fc[lf]]
-                if file is None or func is None:
-                    file = func = "<undecodable>"
-                return self._py(file, fb[lf], func) if t == R.F_SITE else self._def(file, fb[lf], func)
+                return (self._py if t == R.F_SITE else self._def)(strs[fa[lf]], fb[lf], strs[fc[lf]])
             if t == R.F_OP:
                 return frames.intern(Frame("op", names[fa[lf]]))
             if t == R.F_MODULE:
-                return frames.intern(Frame("module", names[fa[lf]][len("nn.Module: "):]))
+                return frames.intern(_module_frame(names[fa[lf]]))
             if t == R.F_BACKWARD:
                 return bwd
             if t == R.F_UNATTR:
                 return frames.intern(unattributed_frame(NO_LAUNCH))
-            return frames.intern(Frame(leaf[t], names[fa[lf]]))
+            return frames.intern(_leaf_frame(leaf_kind[t](names[fa[lf]]), names[fa[lf]]))
 
         gframe = [-2] * len(ftype)  # -2: not resolved yet; -1: a dropped file's frame
         parent, frame = col("parent").tolist(), col("frame").tolist()
@@ -582,12 +596,8 @@ class Recorder:
         if len(act_frame):
             kind_of = np.zeros(len(ftype), dtype=i64)
             for lf, t in enumerate(ftype):
-                if t == R.F_KERNEL:
-                    kind_of[lf] = KERNEL
-                elif t == R.F_MEMSET:
-                    kind_of[lf] = MEMSET
-                elif t == R.F_MEMCPY:
-                    kind_of[lf] = copy_kind(names[fa[lf]])
+                if t in leaf_kind:
+                    kind_of[lf] = leaf_kind[t](names[fa[lf]])
             out.node += gnode[col("act_node")].tolist()
             out.kind += kind_of[act_frame].tolist()
             out.name += np.asarray(gframe, dtype=i64)[act_frame].tolist()
@@ -641,10 +651,7 @@ class Recorder:
             key = (ctx, fi, line, fn)
             node = site.get(key)
             if node is None:
-                file, func = strs[fi], strs[fn]
-                if file is None or func is None:
-                    file = func = "<undecodable>"
-                f = py(file, line, func)
+                f = py(strs[fi], line, strs[fn])
                 node = site[key] = child(ctx, f) if f >= 0 else ctx
             return node
 
@@ -667,10 +674,7 @@ class Recorder:
                         d = src[1]
                         if d < 0:
                             c = src[0]
-                            file, func = strs[sfile[c]], strs[sfunc[c]]
-                            if file is None or func is None:
-                                file = func = "<undecodable>"
-                            d = src[1] = child(ctx, def_frame(file, sline[c], func))
+                            d = src[1] = child(ctx, def_frame(strs[sfile[c]], sline[c], strs[sfunc[c]]))
                         ctx = d
                     seq = seqs[n]
                     if seq >= 0 and n != first and names[ni].startswith(BACKWARD_PREFIX):
@@ -722,7 +726,7 @@ class Recorder:
                         ni = name_ix[n]  # "nn.Module: Linear_0"
                         f = op_frames.get(ni)
                         if f is None:
-                            f = op_frames[ni] = frames.intern(Frame("module", names[ni][len("nn.Module: "):]))
+                            f = op_frames[ni] = frames.intern(_module_frame(names[ni]))
                         ctx = child(ctx, f)
                         src = None
                     else:
@@ -915,7 +919,7 @@ class Recorder:
             lk = (k, name)
             lf = leaf_cache.get(lk)
             if lf is None:
-                lf = leaf_cache[lk] = frames.intern(Frame(_LEAF_KIND.get(k, "memcpy"), name))
+                lf = leaf_cache[lk] = frames.intern(_leaf_frame(k, name))
             ek = (node, lf)
             leaf = edge.get(ek)
             if leaf is None:
