@@ -33,7 +33,8 @@ from dlpt.frames import Frame
 from dlpt.metrics import ACTIVITY_KIND_NAMES, METRICS
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
-SCHEMA_VERSION = 1
+# 2: activity rows carry `count` (a recording aggregates them); version 1 files read as count 1.
+SCHEMA_VERSION = 2
 MAGIC = "dlpt"
 
 _SCHEMA = f"""
@@ -44,10 +45,10 @@ CREATE TABLE nodes (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEG
                     {", ".join(f"{m} INTEGER NOT NULL" for m in METRICS)});
 CREATE TABLE activity (node INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER NOT NULL,
                        device INTEGER NOT NULL, stream INTEGER NOT NULL, start INTEGER NOT NULL,
-                       duration INTEGER NOT NULL, bytes INTEGER NOT NULL);
+                       duration INTEGER NOT NULL, bytes INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE activity_kinds (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE VIEW activities AS
-  SELECT a.node, k.name AS kind, f.name AS name, a.device, a.stream, a.start, a.duration, a.bytes
+  SELECT a.node, k.name AS kind, f.name AS name, a.device, a.stream, a.start, a.duration, a.bytes, a.count
   FROM activity a JOIN activity_kinds k ON k.id = a.kind JOIN frames f ON f.id = a.name;
 CREATE TABLE sources (file TEXT PRIMARY KEY, text TEXT NOT NULL);
 CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT NULL);
@@ -265,7 +266,7 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     a = profile.activities
     if len(a):
         rows = np.column_stack([getattr(a, c) for c in ACTIVITY_COLUMNS])
-        con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
+        con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
     con.executemany("INSERT INTO activity_kinds VALUES (?, ?)", list(enumerate(ACTIVITY_KIND_NAMES)))
     con.executemany("INSERT INTO sources VALUES (?, ?)", sorted(profile.sources.items()))
     arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
@@ -342,7 +343,7 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
     par = cct.parent[1:]
     if len(par) and ((par < 0).any() or (par >= np.arange(1, len(cct))).any()):
         raise ValueError("the tree is not in preorder")
-    act = Activities(*(arrays[f"activity.{c}"] for c in ACTIVITY_COLUMNS))
+    act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
         raise ValueError("activities refer to missing nodes")
     sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
