@@ -825,11 +825,12 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
 }
 
 // The calling thread's context node now (with the GIL: called from Python).
-int64_t context_here() { return context(tstate()); }
+int64_t context_here() { return g_host_on.load() ? context(tstate()) : -1; }
 
 // Called first thing in a thread dlpt saw start: its work goes under `start_node` (the line
 // that started it) and a [thread] node; the frames on its stack now are dlpt's, not the program's.
 void register_thread(int64_t start_node, int64_t key) {
+  if (start_node < 0 || !g_host_on.load()) return;  // started while dlpt was not recording
   ThreadState& ts = tstate();
   ts.base = intern_node(start_node, N_THREAD, key, 0);
   PyThreadState* t = PyGILState_GetThisThreadState();

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="profile to write (default: dlpt-<name>.<pid>.dlpt)")
     p.add_argument("--steps", metavar="A:B",
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
+    p.add_argument("--snapshot-seconds", type=float, default=5.0, metavar="S",
+                   help="rewrite OUT with the profile so far every S seconds while the program runs, so a "
+                   "crash or kill -9 keeps it (default: 5; 0: only at the end)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script, like python -m")
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     mode, target, prog_args = parse_program(args.module, args.program)
     steps = _parse_steps(args.steps)
+    if not args.snapshot_seconds >= 0:
+        raise DlptError("--snapshot-seconds must be 0 (off) or more")
     if mode == "script":
         _check_script(target)
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
@@ -92,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
     command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
     rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps,
-                   drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else (), snapshot_path=out)
+                   drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else (), snapshot_path=out,
+                   snapshot_seconds=args.snapshot_seconds)
     job = _Job(rec, out)
     # Once the program has ended, SIGINT and SIGTERM raise Abandon until dlpt is done:
     # _run_program installs job.finishing the moment the program ends.
