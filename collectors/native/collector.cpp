@@ -50,6 +50,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -191,6 +192,11 @@ struct ThreadState {
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;  // (parent, code, instr) → node
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> ops;     // (parent, name hash, len) → node
   std::vector<std::pair<PyObject*, int64_t>> walk;             // scratch: (code, lasti), innermost first
+  std::vector<const void*> walk_frames;                        // scratch: the frames themselves
+  // The last walk, outermost first, and its nodes: consecutive ops share their outer frames
+  // (the training loop, the model's call), which are then matched by pointer, not looked up.
+  std::vector<std::tuple<const void*, PyObject*, int64_t>> last;
+  std::vector<int64_t> last_nodes;
 };
 
 thread_local ThreadState* t_state = nullptr;
@@ -205,6 +211,8 @@ ThreadState& tstate() {
     s->ops.clear();
     s->base = -1;
     s->cut = 0;
+    s->last.clear();
+    s->last_nodes.clear();
   }
   return *s;
 }
@@ -289,6 +297,7 @@ int64_t intern_code(PyObject* code) {
 // or (code, -line) where only the line is known (the public-API path).
 void read_frames(ThreadState& ts, PyThreadState* t) {
   ts.walk.clear();
+  ts.walk_frames.clear();
 #if defined(DLPT_INTERNAL_FRAMES)
 #if PY_VERSION_HEX >= 0x030D0000
   _PyInterpreterFrame* f = t->current_frame;
@@ -303,9 +312,11 @@ void read_frames(ThreadState& ts, PyThreadState* t) {
     if (!PyCode_Check(f->f_executable)) continue;
     if (_PyFrame_IsIncomplete(f)) continue;
     ts.walk.emplace_back(f->f_executable, int64_t(_PyInterpreterFrame_LASTI(f)));
+    ts.walk_frames.push_back(f);
 #else
     if (_PyFrame_IsIncomplete(f)) continue;
     ts.walk.emplace_back(reinterpret_cast<PyObject*>(f->f_code), int64_t(_PyInterpreterFrame_LASTI(f)));
+    ts.walk_frames.push_back(f);
 #endif
   }
 #else
@@ -316,6 +327,7 @@ void read_frames(ThreadState& ts, PyThreadState* t) {
   while (f != nullptr) {
     PyCodeObject* co = PyFrame_GetCode(f);
     ts.walk.emplace_back(reinterpret_cast<PyObject*>(co), -int64_t(PyFrame_GetLineNumber(f)) - 1);
+    ts.walk_frames.push_back(nullptr);  // frame objects come and go: no reuse by pointer
     Py_DECREF(co);  // the frame (alive, on this thread's stack) still holds it
     PyFrameObject* back = PyFrame_GetBack(f);
     Py_DECREF(f);
@@ -364,7 +376,26 @@ int64_t context(ThreadState& ts) {
   if (gil) g = PyGILState_Ensure();
   read_frames(ts, t);
   int64_t n = int64_t(ts.walk.size()) - ts.cut;
-  for (int64_t i = n - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[i].first, ts.walk[i].second);
+  // Outermost first: frames still the same object at the same instruction as in the last walk
+  // keep their node.
+  int64_t same = 0, m = int64_t(ts.last.size());
+  while (same < n && same < m) {
+    int64_t i = n - 1 - same;
+    const auto& l = ts.last[size_t(same)];
+    if (ts.walk_frames[size_t(i)] == nullptr || std::get<0>(l) != ts.walk_frames[size_t(i)] ||
+        std::get<1>(l) != ts.walk[size_t(i)].first || std::get<2>(l) != ts.walk[size_t(i)].second)
+      break;
+    ++same;
+  }
+  if (same > 0) node = ts.last_nodes[size_t(same - 1)];
+  ts.last.resize(size_t(std::max<int64_t>(n, 0)));
+  ts.last_nodes.resize(size_t(std::max<int64_t>(n, 0)));
+  for (int64_t j = same; j < n; ++j) {
+    int64_t i = n - 1 - j;
+    node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+    ts.last[size_t(j)] = std::make_tuple(ts.walk_frames[size_t(i)], ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+    ts.last_nodes[size_t(j)] = node;
+  }
   if (gil) PyGILState_Release(g);
   if (n <= 0 && ts.base != 0) {
     // A thread with no Python frames of its own — autograd's device threads — works for the
@@ -833,6 +864,8 @@ void register_thread(int64_t start_node, int64_t key) {
   if (start_node < 0 || !g_host_on.load()) return;  // started while dlpt was not recording
   ThreadState& ts = tstate();
   ts.base = intern_node(start_node, N_THREAD, key, 0);
+  ts.last.clear();
+  ts.last_nodes.clear();
   PyThreadState* t = PyGILState_GetThisThreadState();
   ts.cut = 0;
   if (t != nullptr) {
