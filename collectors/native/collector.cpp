@@ -709,13 +709,15 @@ std::string device_on() {
   return "";
 }
 
-void device_flush() { cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+// Forced: also the buffers still being filled (at the end); otherwise only full ones, which
+// costs the program nothing while it runs (snapshots).
+void device_flush(bool forced) { cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0); }
 
 void device_off() {
   if (!g_device_on.exchange(false)) return;
-  device_flush();
+  device_flush(true);
   for (auto k : kKinds) cuptiActivityDisable(k);
-  device_flush();
+  device_flush(true);
   if (g_sub != nullptr) {
     cuptiUnsubscribe(g_sub);
     g_sub = nullptr;
@@ -727,9 +729,9 @@ void device_off() {
 
 bool g_host_registered = false;
 
-std::string switch_on(bool device) {
+std::string switch_on(bool device, bool host) {
   g_host_on.store(true);
-  if (!g_host_registered) {
+  if (host && !g_host_registered) {
     g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                                          .needsInputs(false)
                                          .needsOutputs(false)
@@ -750,7 +752,7 @@ std::string switch_on(bool device) {
 
 // Start a recording: a fresh trie, the host callback, and CUPTI when asked. Returns "" when the
 // device side is on (or was not asked for), else why it could not start.
-std::string start(bool device, bool gil_frames) {
+std::string start(bool device, bool gil_frames, bool host) {
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();
@@ -784,7 +786,7 @@ std::string start(bool device, bool gil_frames) {
   g_epoch.fetch_add(1);
   g_gil_frames = gil_frames;
   g_main_tstate = PyThreadState_Get();
-  return switch_on(device);
+  return switch_on(device, host);
 }
 
 // Everything off: the callback removed (the rest of the program runs at unprofiled speed),
@@ -800,9 +802,11 @@ void stop() {
 #endif
 }
 
-void flush() {
+void flush(bool forced) {
 #if defined(DLPT_CUPTI)
-  if (g_device_on.load()) device_flush();
+  if (g_device_on.load()) device_flush(forced);
+#else
+  (void)forced;
 #endif
 }
 
@@ -906,9 +910,9 @@ py::dict stats() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt's online collector: RecordFunction + CUPTI into a calling-context trie";
-  m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false);
+  m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true);
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
-  m.def("flush", &flush, py::call_guard<py::gil_scoped_release>());
+  m.def("flush", &flush, py::arg("forced") = true, py::call_guard<py::gil_scoped_release>());
   m.def("snapshot", &snapshot, py::arg("codes_from") = 0, py::arg("names_from") = 0);
   m.def("context_here", &context_here);
   m.def("register_thread", &register_thread);

@@ -137,8 +137,13 @@ class Recorder:
             self._switch_on()
 
     def _switch_on(self) -> None:
+        # Diagnostics for measuring the collector's parts (docs/BENCHMARKS.md): DLPT_FRAMES=gil
+        # reads frames under the GIL; DLPT_DEVICE=0 leaves CUPTI off; DLPT_HOST=0 leaves the op
+        # callback off (kernels then land on the Python line that launched them, no backward link).
         gil = os.environ.get("DLPT_FRAMES", "") == "gil"
-        self.device_error = self.mod.start(self.cuda, gil)
+        device = self.cuda and os.environ.get("DLPT_DEVICE", "1") != "0"
+        host = os.environ.get("DLPT_HOST", "1") != "0"
+        self.device_error = self.mod.start(device, gil, host)
         self.on = True
         if self.device_error and not self.quiet:
             print(f"dlpt: no GPU activity will be recorded ({self.device_error}); recording host op time only"
@@ -209,7 +214,7 @@ class Recorder:
 
     def _build(self, partial: bool) -> Profile:
         if self.on:
-            self.mod.flush()
+            self.mod.flush(not partial)
         snap = self.mod.snapshot(len(self.converter.code_info), len(self.converter.names))
         meta = self._meta(partial)
         return self.converter.profile(snap, meta)
