@@ -66,9 +66,32 @@ constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, 
 // Activity kinds, as dlpt.metrics numbers them.
 constexpr int32_t A_KERNEL = 0, A_HTOD = 1, A_DTOH = 2, A_DTOD = 3, A_OTHER = 4, A_MEMSET = 5;
 
-int64_t now_ns() {
+int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Op host times are read twice per op. Where the clock is a system call (some virtual
+// machines give clock_gettime no vDSO path) that alone costs a microsecond per op, so on x86-64
+// the collector counts TSC ticks (invariant on the CPUs torch runs on) and converts them to
+// nanoseconds with the rate measured against the steady clock over the recording.
+#if defined(__x86_64__)
+#include <x86intrin.h>
+inline int64_t ticks() { return int64_t(__rdtsc()); }
+#else
+inline int64_t ticks() { return steady_ns(); }
+#endif
+int64_t g_tick0 = 0, g_ns0 = 0;
+
+double ns_per_tick() {
+#if defined(__x86_64__)
+  while (steady_ns() - g_ns0 < 1000000) {
+  }  // a recording shorter than 1 ms: wait that long, for a usable rate
+  int64_t dt = ticks() - g_tick0, dn = steady_ns() - g_ns0;
+  return dt > 0 ? double(dn) / double(dt) : 1.0;
+#else
+  return 1.0;
+#endif
 }
 
 // ----- append-only storage that readers on other threads may index while it grows -----
@@ -441,7 +464,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     ts.stack.push_back(OpenOp{-1, 0, 0, 0});  // keeps enter/exit paired while switching off
     return nullptr;
   }
-  int64_t t0 = now_ns();
+  int64_t t0 = ticks();
   int64_t parent;
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     int64_t fwd = seq_lookup(fn.forwardThreadId(), fn.seqNr());
@@ -471,7 +494,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   OpenOp op = s->stack.back();
   s->stack.pop_back();
   if (op.node < 0) return;
-  int64_t dur = now_ns() - op.t0;
+  int64_t dur = ticks() - op.t0;
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
     int64_t self = dur - op.child;
     (*g_cpu)[op.node].fetch_add(self > 0 ? self : 0, std::memory_order_relaxed);
@@ -786,6 +809,8 @@ std::string start(bool device, bool gil_frames, bool host) {
   g_epoch.fetch_add(1);
   g_gil_frames = gil_frames;
   g_main_tstate = PyThreadState_Get();
+  g_tick0 = ticks();
+  g_ns0 = steady_ns();
   return switch_on(device, host);
 }
 
@@ -826,6 +851,7 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
     py::gil_scoped_release nogil;  // threads that intern a new code object need the GIL first
     std::lock_guard<std::mutex> lk(g_mu);
     int64_t n = g_n_nodes.load(std::memory_order_acquire);
+    double rate = ns_per_tick();  // host times are kept in ticks
     parent.resize(n);
     kind.resize(n);
     a.resize(n);
@@ -837,7 +863,7 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
       kind[i] = x.kind;
       a[i] = x.a;
       b[i] = x.b;
-      cpu[i] = (*g_cpu)[i].load(std::memory_order_relaxed);
+      cpu[i] = int64_t(double((*g_cpu)[i].load(std::memory_order_relaxed)) * rate + 0.5);
     }
     for (size_t i = size_t(std::max<int64_t>(codes_from, 0)); i < g_codes.size(); ++i) codes.push_back(g_codes[i]);
     for (size_t i = size_t(std::max<int64_t>(names_from, 0)); i < g_names.size(); ++i) names.push_back(g_names[i]);
