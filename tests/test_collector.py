@@ -286,3 +286,41 @@ def test_program_without_ops_writes_no_profile(tmp_path: Path) -> None:
     assert r.returncode == 0 and "hello" in r.stdout
     assert "nothing recorded" in r.stderr and "profile saved" not in r.stderr
     assert not (tmp_path / "run.dlpt").exists()
+
+
+FUNCTION = """\
+import torch
+
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.matmul(x)  # LINE:fwd_body
+        return y * 2  # LINE:fwd_scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2  # LINE:bwd_body
+
+
+x = torch.randn(64, 64, requires_grad=True)
+for _ in range(3):
+    out = Double.apply(x)  # LINE:apply
+    out.sum().backward()
+"""
+
+
+def test_custom_function_forward_on_its_own_lines_backward_on_apply(tmp_path: Path) -> None:
+    """A custom Function's forward is Python called from inside an op: its ops belong to its
+    own lines; its backward (matched by sequence number) to the line that applied it."""
+    r = run_record(tmp_path, FUNCTION)
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = marked_lines(tmp_path)
+    owned = line_owners(prof, "prog.py")
+    assert owned.get(lines["fwd_body"], 0) > 0 and owned.get(lines["fwd_scale"], 0) > 0, owned
+    bwd = [i for i in range(len(prof.cct)) if prof.frame_of(i).name == "DoubleBackward"]
+    assert bwd, "the custom backward is recorded"
+    for i in bwd:
+        src = [p.line for p in prof.call_path(i) if p.kind == "python" and p.file.endswith("prog.py")]
+        assert src[-1] == lines["apply"], src

@@ -192,7 +192,13 @@ struct OpenOp {
   int64_t t0;
   int64_t child;
   uint64_t epoch;
+  // The thread's innermost Python frame when the op was entered. An op that calls back into
+  // Python (a custom autograd Function's forward, a Python-implemented op) runs other frames:
+  // what they launch belongs to their own lines, so a changed frame means "read the context
+  // again". kKeep: never (backward ops, whose work belongs to the forward line).
+  const void* pyframe;
 };
+const void* const kKeep = reinterpret_cast<const void*>(1);
 
 struct FrameKey {
   int64_t parent;
@@ -385,6 +391,33 @@ int64_t thread_base(ThreadState& ts, PyThreadState* t) {
   return ts.base;
 }
 
+// The calling thread's innermost interpreter frame (nullptr where unknown: no way to tell).
+const void* current_pyframe() {
+#if defined(DLPT_INTERNAL_FRAMES)
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  if (t == nullptr) return nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  return t->current_frame;
+#else
+  return t->cframe ? t->cframe->current_frame : nullptr;
+#endif
+#else
+  return nullptr;
+#endif
+}
+
+int64_t context(ThreadState& ts);
+
+// The node that work entered now on this thread belongs to: the innermost open op, unless
+// Python code has run since it was entered (then the Python context).
+int64_t current_node(ThreadState& ts, const void* frame) {
+  if (!ts.stack.empty() && ts.stack.back().node >= 0) {
+    const OpenOp& top = ts.stack.back();
+    if (top.pyframe == kKeep || top.pyframe == frame) return top.node;
+  }
+  return context(ts);
+}
+
 // The calling thread's Python context: the node of its innermost frame.
 int64_t context(ThreadState& ts) {
   PyThreadState* t = PyGILState_GetThisThreadState();
@@ -461,12 +494,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   ThreadState& ts = tstate();
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
-    ts.stack.push_back(OpenOp{-1, 0, 0, 0});  // keeps enter/exit paired while switching off
+    ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr});  // keeps enter/exit paired while switching off
     return nullptr;
   }
+  const void* frame = current_pyframe();
+  bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   int64_t t0 = ticks();
   int64_t parent;
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+  if (backward) {
     int64_t fwd = seq_lookup(fn.forwardThreadId(), fn.seqNr());
     if (fwd < 0) {
       if (!ts.stack.empty() && ts.stack.back().node >= 0) {
@@ -476,15 +511,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       }
     }
     parent = backward_marker(ts, fwd);
-  } else if (!ts.stack.empty() && ts.stack.back().node >= 0) {
-    parent = ts.stack.back().node;
   } else {
-    parent = context(ts);
+    parent = current_node(ts, frame);
   }
   int64_t node = op_node(ts, parent, fn.name());
   if (fn.scope() == at::RecordScope::FUNCTION && fn.seqNr() >= 0)
     seq_store(at::RecordFunction::currentThreadId(), fn.seqNr(), node);
-  ts.stack.push_back(OpenOp{node, t0, 0, epoch});
+  ts.stack.push_back(OpenOp{node, t0, 0, epoch, backward ? kKeep : frame});
   return nullptr;
 }
 
@@ -607,8 +640,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* 
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (cb->callbackSite != CUPTI_API_ENTER || !g_device_on.load(std::memory_order_relaxed)) return;
   ThreadState& ts = tstate();
-  int64_t node = (!ts.stack.empty() && ts.stack.back().node >= 0) ? ts.stack.back().node : context(ts);
-  corr_put(cb->correlationId, node);
+  corr_put(cb->correlationId, current_node(ts, current_pyframe()));
 }
 
 constexpr size_t kBufferBytes = size_t(8) << 20;
