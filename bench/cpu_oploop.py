@@ -41,7 +41,7 @@ def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace,
     prog = [PROG, mode, str(n)]
     cmd = [rl.PY, *prog] if cfg == "none" else rl.dlpt_record(prof, *prog)
     print(f"  run {tag} ...", end="", flush=True)
-    r = rl.run(cmd, cwd=work, timeout=a.run_timeout, log=log, env=ENV)
+    r = rl.run(cmd, cwd=work, timeout=max(10.0, min(a.run_timeout, a.budget_clock.left() - 15)), log=log, env=ENV)
     doc = result(r) or {}
     row: dict[str, Any] = {"config": cfg, "tag": tag, **r.brief()}
     if mode == "oploop":
@@ -76,11 +76,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=320)
     ap.add_argument("--skip", type=int, default=20, help="warm-up steps left out of the median")
     ap.add_argument("--mem-steps", type=int, default=100_000)
-    ap.add_argument("--run-timeout", type=float, default=600)
+    ap.add_argument("--run-timeout", type=float, default=300)
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole invocation (runs are cut to fit)")
     a = ap.parse_args()
+    a.budget_clock = rl.Budget(a.budget)
     out, work = rl.out_dir(), rl.work_dir()
     log = rl.log_path(out, "cpu.log")
-    res: dict[str, Any] = {"args": vars(a), "cores": os.cpu_count(),
+    res: dict[str, Any] = {"args": {k: v for k, v in vars(a).items() if k != "budget_clock"}, "cores": os.cpu_count(),
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(f"out: {out}; work: {work}", flush=True)
     tables = []
@@ -105,7 +107,8 @@ def main() -> None:
             s = summ[cfg]
             rows.append([label, f"{s['ok']}/{s['n']}", s["median_ms"], ", ".join(rl.fmt(x) for x in s["per_run"]),
                          rl.ratio(s["median_ms"], summ["none"]["median_ms"]),
-                         f"{s['saved']}/{s['n']}" if cfg == "dlpt" else "-", s["exit"]])
+                         f"{s['saved']}/{s['n']}" if cfg == "dlpt" else "-",
+                         ", ".join("timed out" if r["timed_out"] else str(r["rc"]) for r in runs if r["config"] == cfg)])
         tables.append(rl.table(f"CPU op-bound loop: 8×(Linear+LayerNorm+GELU) 16×64, AdamW, {a.steps} steps, median "
                                f"step ms over steps {a.skip}.. ({os.cpu_count()} cores; target ≤ 1.25×)",
                                ["config", "ran", "median ms", "per run", "× unprofiled", "saved", "exit"], rows))
@@ -121,7 +124,7 @@ def main() -> None:
                 "dlpt_growth_mb": round(g["dlpt"] - g["none"], 1) if None not in g.values() else None,
                 "dlpt_peak_extra_mb": round(m["dlpt"] - m["none"], 1) if None not in m.values() else None}
         res["memory_summary"] = summ
-        rows = [[label, by[c]["rc"], by[c].get("steps"), by[c].get("loop_s"), by[c].get("rss_after_warm_mb"),
+        rows = [[label, "timed out" if by[c]["timed_out"] else by[c]["rc"], by[c].get("steps"), by[c].get("loop_s"), by[c].get("rss_after_warm_mb"),
                  by[c].get("rss_end_mb"), g[c], m[c]] for c, label in (("none", "unprofiled"), ("dlpt", "dlpt record"))]
         tables.append(rl.table(f"Memory: {a.mem_steps} steps of a tiny Linear+SGD loop (target: dlpt's growth < 50 MB)",
                                ["config", "exit", "steps", "loop s", "RSS after warm-up MB", "RSS end MB",

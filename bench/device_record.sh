@@ -4,7 +4,8 @@
 #   bash bench/device_record.sh overhead    # nanoGPT 4 ways, --steps, timm resnet50       (~5-7 min)
 #   bash bench/device_record.sh trainer     # HF Trainer, unprofiled + 10× dlpt record     (~3-4 min)
 #   bash bench/device_record.sh cpu         # op-bound CPU loop + 100k-step memory check   (~2 min)
-#   bash bench/device_record.sh all         # fidelity, overhead, trainer in one call, sharing the time
+#   bash bench/device_record.sh all         # fidelity,overhead,trainer in one call, sharing the time
+#   bash bench/device_record.sh fidelity,trainer   # any list: each part keeps back what the later ones need
 #   bash bench/device_record.sh overhead nanogpt,steps --repeats 1   # a part's own options follow it
 # Parts run in that order with the time left (TOTAL seconds, default 540, under the tool's 10
 # minutes); each part skips the runs that would not fit and says so. Output under $OUT: tables.md
@@ -73,21 +74,26 @@ run_part() {  # run_part NAME MIN_SECONDS COMMAND...
   "$@" 2>&1 | tee -a "$log"
 }
 
-part=${1:-all}
-shift || true  # what follows the part goes to its script, e.g. `overhead nanogpt --repeats 1`
-case "$part" in
-fidelity) run_part fidelity 60 python3 bench/gpu_fidelity.py "$@" ;;
-overhead) run_part overhead 60 python3 bench/gpu_overhead.py --budget "$(left)" "$@" ;;
-trainer) run_part trainer 60 python3 bench/gpu_trainer.py --budget "$(left)" "$@" ;;
-cpu) run_part cpu 60 python3 bench/cpu_oploop.py "$@" ;;
-all)
-  run_part fidelity 60 python3 bench/gpu_fidelity.py
-  # overhead gets all but ~150 s, which the trainer part needs for its baseline and a few runs.
-  run_part overhead 60 python3 bench/gpu_overhead.py --budget "$(( $(left) - 150 ))"
-  run_part trainer 60 python3 bench/gpu_trainer.py --budget "$(( $(left) - 10 ))"
-  ;;
-*) echo "usage: bash bench/device_record.sh overhead|trainer|fidelity|cpu|all [TOTAL=540]"; exit 2 ;;
-esac
+# Seconds each part needs at the least, kept back for the parts still to come.
+declare -A need=([fidelity]=90 [overhead]=240 [trainer]=150 [cpu]=120)
+parts=${1:-all}
+shift || true  # with one part, what follows goes to its script, e.g. `overhead nanogpt,steps --repeats 1`
+[ "$parts" = all ] && parts=fidelity,overhead,trainer
+IFS=, read -r -a list <<<"$parts"
+[ ${#list[@]} -gt 1 ] && [ $# -gt 0 ] && { echo "options after the part go with one part only"; exit 2; }
+for i in "${!list[@]}"; do
+  p=${list[$i]}
+  later=0
+  for q in "${list[@]:$((i + 1))}"; do later=$((later + ${need[$q]:-0})); done
+  b=$(( $(left) - later ))
+  case "$p" in
+  fidelity) run_part fidelity 60 python3 bench/gpu_fidelity.py --budget "$b" "$@" ;;
+  overhead) run_part overhead 60 python3 bench/gpu_overhead.py --budget "$b" "$@" ;;
+  trainer) run_part trainer 60 python3 bench/gpu_trainer.py --budget "$b" "$@" ;;
+  cpu) run_part cpu 60 python3 bench/cpu_oploop.py --budget "$b" "$@" ;;
+  *) echo "usage: bash bench/device_record.sh fidelity|overhead|trainer|cpu|all|PART,PART... [options of one part]"; exit 2 ;;
+  esac
+done
 say "total $((SECONDS - start)) s"
 echo
 echo "################ tables"

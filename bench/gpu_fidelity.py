@@ -39,6 +39,11 @@ TOLERANCE_PCT = 1.0
 DEF = re.compile(r"^\s*(async\s+def|def|class)\s|^\s*@")
 
 
+def timeout(a: argparse.Namespace) -> float:
+    """A run's limit: its own, or what is left of the part's budget, keeping time to read back."""
+    return max(10.0, min(a.run_timeout, a.budget_clock.left() - 20))
+
+
 def markers(src: str) -> dict[int, tuple[str, str]]:
     """{line number: (LINE | ALSO | ZERO, name)} from the program's `# LINE:name` comments."""
     with open(src) as f:
@@ -49,7 +54,7 @@ def compare(doc: dict[str, Any], truth: dict[str, Any], src: str) -> dict[str, A
     """Per marked group: dlpt self/total ns on its lines vs the CUDA events; bytes; shares."""
     marks = markers(src)
     base = os.path.basename(src)
-    total_ns = doc["summary"]["gpu_time"] * 1000  # the summary is in µs, rows in ns
+    total_ns = doc["summary"][doc.get("metric", "gpu_time")] * 1000  # the summary is in µs, rows in ns
     per_line: dict[int, dict[str, Any]] = {}
     unmarked: list[tuple[str, int]] = []
     for row in doc["rows"]:
@@ -118,7 +123,7 @@ def truth_table(c: dict[str, Any], title: str) -> str:
 def part_truth(a: argparse.Namespace, out: str, work: str, log: str, res: dict[str, Any]) -> str:
     tj = os.path.join(work, "truth.json")
     prof = os.path.join(work, "fidelity.dlpt")
-    r = rl.run(rl.dlpt_record(prof, PROG, tj, str(a.rounds)), cwd=work, timeout=a.run_timeout, log=log)
+    r = rl.run(rl.dlpt_record(prof, PROG, tj, str(a.rounds)), cwd=work, timeout=timeout(a), log=log)
     res["truth_run"] = {**r.brief(), **rl.parse_saved(r)}
     if r["rc"] != 0 or not os.path.exists(tj):
         print("\n".join(r.err_lines[-15:]))
@@ -174,7 +179,7 @@ def part_nanogpt(a: argparse.Namespace, out: str, work: str, log: str, res: dict
              "--n_embd=64"] if a.cpu else []
     prog = ["train.py", "config/train_shakespeare_char.py", "--compile=False", f"--max_iters={a.nanogpt_iters}",
             "--eval_interval=1000", "--eval_iters=5", "--log_interval=1", "--always_save_checkpoint=False", *extra]
-    r = rl.run(rl.dlpt_record(prof, *prog), cwd=nd, timeout=a.run_timeout, log=log)
+    r = rl.run(rl.dlpt_record(prof, *prog), cwd=nd, timeout=timeout(a), log=log)
     res["nanogpt_run"] = {**r.brief(), **rl.parse_saved(r)}
     rd = rl.read_profile(prof, metric=a.metric)
     if not rd["ok"]:
@@ -201,21 +206,23 @@ def main() -> None:
     ap.add_argument("parts", nargs="?", default="truth,nanogpt")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--nanogpt-iters", type=int, default=30)
-    ap.add_argument("--metric", default="gpu_time", help="nanogpt part: cpu_time to try it on a CPU")
+    ap.add_argument("--metric", default="gpu_time", help="nanogpt part and --analyze: cpu_time to try them on a CPU")
     ap.add_argument("--cpu", action="store_true", help="nanogpt part: a small CPU configuration")
     ap.add_argument("--run-timeout", type=float, default=240)
+    ap.add_argument("--budget", type=float, default=540, help="seconds for the whole invocation")
     ap.add_argument("--analyze", metavar="PROFILE", help="compare an existing profile (with --truth, --source)")
     ap.add_argument("--truth", metavar="JSON")
     ap.add_argument("--source", metavar="PROGRAM", default=PROG)
     a = ap.parse_args()
+    a.budget_clock = rl.Budget(a.budget)
     out, work = rl.out_dir(), rl.work_dir()
     log = rl.log_path(out, "fidelity.log")
-    res: dict[str, Any] = {"device": rl.gpu_name(), "args": vars(a),
+    res: dict[str, Any] = {"device": rl.gpu_name(), "args": {k: v for k, v in vars(a).items() if k != "budget_clock"},
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if a.analyze:
         with open(a.truth) as f:
             truth = json.load(f)
-        rd = rl.read_profile(a.analyze)
+        rd = rl.read_profile(a.analyze, metric=a.metric)
         if not rd["ok"]:
             raise SystemExit(f"{a.analyze}: {rd['error']}")
         c = compare(rd["doc"], truth, a.source)
