@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 10's GPU measurements, one entry point for the device machine (run from the repo root):
-#   bash bench/device_record.sh fidelity    # ground truth per line + nanoGPT shares      (~1.5 min)
+#   bash bench/device_record.sh fidelity    # ground truth per line, nanoGPT shares, next to Kineto (~2 min)
 #   bash bench/device_record.sh overhead    # nanoGPT 4 ways, --steps, timm resnet50       (~5-7 min)
 #   bash bench/device_record.sh trainer     # HF Trainer, unprofiled + 10× dlpt record     (~3-4 min)
 #   bash bench/device_record.sh cpu         # op-bound CPU loop + 100k-step memory check   (~2 min)
@@ -75,7 +75,7 @@ run_part() {  # run_part NAME MIN_SECONDS COMMAND...
 }
 
 # Seconds each part needs at the least, kept back for the parts still to come.
-declare -A need=([fidelity]=90 [overhead]=240 [trainer]=150 [cpu]=120)
+declare -A need=([fidelity]=120 [overhead]=240 [trainer]=150 [cpu]=120)
 parts=${1:-all}
 shift || true  # with one part, what follows goes to its script, e.g. `overhead nanogpt,steps --repeats 1`
 [ "$parts" = all ] && parts=fidelity,overhead,trainer

@@ -10,8 +10,10 @@
 - `nanogpt`: records nanoGPT eager and reads the share of GPU time on `def`/`class` lines (a
   hotspot line whose source text is a definition: time that missed its own line), on no source
   line at all, attributed to source, and done in backward (`dlpt export -f hotspots` summary).
+- `kineto`: `dlpt record` on a program that itself runs torch.profiler (nanoGPT under
+  bench/torchprof_run.py): does it run to its end, is the profile saved, what did dlpt record.
 
-    python bench/gpu_fidelity.py [truth,nanogpt] [--rounds 10] [--nanogpt-iters 30]
+    python bench/gpu_fidelity.py [truth,nanogpt,kineto] [--rounds 10] [--nanogpt-iters 30]
     python bench/gpu_fidelity.py --analyze PROFILE --truth TRUTH.json --source PROGRAM.py
         # the comparison alone, on a profile recorded before (e.g. tests/data/gpu_truth.dlpt)
     python bench/gpu_fidelity.py nanogpt --cpu --metric cpu_time   # the nanoGPT part on a CPU
@@ -172,13 +174,42 @@ def def_line_shares(doc: dict[str, Any]) -> dict[str, Any]:
             "def_rows": sorted(def_rows, key=lambda t: -t[1])[:10]}
 
 
-def part_nanogpt(a: argparse.Namespace, out: str, work: str, log: str, res: dict[str, Any]) -> str:
-    nd = rl.nanogpt_copy(work)
-    prof = os.path.join(work, "nanogpt.dlpt")
+def nanogpt_prog(a: argparse.Namespace, work: str, iters: int) -> tuple[str, list[str]]:
+    """(nanoGPT folder, train.py and its arguments); one copy per work folder."""
+    nd = os.path.join(work, "nanoGPT")
+    if not os.path.isdir(nd):
+        nd = rl.nanogpt_copy(work)
     extra = ["--device=cpu", "--dtype=float32", "--batch_size=4", "--block_size=64", "--n_layer=2", "--n_head=2",
              "--n_embd=64"] if a.cpu else []
-    prog = ["train.py", "config/train_shakespeare_char.py", "--compile=False", f"--max_iters={a.nanogpt_iters}",
-            "--eval_interval=1000", "--eval_iters=5", "--log_interval=1", "--always_save_checkpoint=False", *extra]
+    return nd, ["train.py", "config/train_shakespeare_char.py", "--compile=False", f"--max_iters={iters}",
+                "--eval_interval=1000", "--eval_iters=5", "--log_interval=1", "--always_save_checkpoint=False", *extra]
+
+
+def part_kineto(a: argparse.Namespace, out: str, work: str, log: str, res: dict[str, Any]) -> str:
+    """A program that runs torch.profiler itself (nanoGPT under bench/torchprof_run.py), recorded
+    by dlpt: CUPTI has one subscriber per process, so this is where dlpt's collector and Kineto
+    meet. The program must still run to its end; the row says what dlpt recorded then."""
+    nd, prog = nanogpt_prog(a, work, 12)
+    prof = os.path.join(work, "kineto.dlpt")
+    r = rl.run(rl.dlpt_record(prof, os.path.join(rl.BENCH, "torchprof_run.py"), *prog), cwd=nd, timeout=timeout(a), log=log)
+    it = rl.nanogpt_iters(r)
+    rd = rl.read_profile(prof, metric=a.metric)
+    s = rd["doc"]["summary"] if rd["ok"] else {}
+    tot = s.get(a.metric)
+    row = {"rc": r["rc"], "timed_out": r["timed_out"], "iterations_run": len(it), "saved_and_read": rd["ok"],
+           "read_error": rd.get("error"), "total_us": tot, **rl.parse_saved(r),
+           "attributed_pct": round(100 * s["attributed_to_source"] / tot, 3) if tot else None,
+           "stderr_tail": r.err_lines[-4:]}
+    res["kineto"] = row
+    return (rl.table(f"dlpt record on a program that runs torch.profiler itself (nanoGPT, 12 iterations, {a.metric})",
+                     ["exit", "iterations run (of 13)", "profile saved+read", f"{a.metric} µs", "attributed %"],
+                     [[row["rc"], row["iterations_run"], row["saved_and_read"], tot, row["attributed_pct"]]])
+            + "\nstderr: " + " | ".join(row["stderr_tail"]))
+
+
+def part_nanogpt(a: argparse.Namespace, out: str, work: str, log: str, res: dict[str, Any]) -> str:
+    nd, prog = nanogpt_prog(a, work, a.nanogpt_iters)
+    prof = os.path.join(work, "nanogpt.dlpt")
     r = rl.run(rl.dlpt_record(prof, *prog), cwd=nd, timeout=timeout(a), log=log)
     res["nanogpt_run"] = {**r.brief(), **rl.parse_saved(r)}
     rd = rl.read_profile(prof, metric=a.metric)
@@ -203,7 +234,7 @@ def part_nanogpt(a: argparse.Namespace, out: str, work: str, log: str, res: dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("parts", nargs="?", default="truth,nanogpt")
+    ap.add_argument("parts", nargs="?", default="truth,nanogpt,kineto")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--nanogpt-iters", type=int, default=30)
     ap.add_argument("--metric", default="gpu_time", help="nanogpt part and --analyze: cpu_time to try them on a CPU")
@@ -236,7 +267,7 @@ def main() -> None:
         print(f"== {part}", flush=True)
         t0 = time.perf_counter()
         try:
-            tables.append({"truth": part_truth, "nanogpt": part_nanogpt}[part](a, out, work, log, res))
+            tables.append({"truth": part_truth, "nanogpt": part_nanogpt, "kineto": part_kineto}[part](a, out, work, log, res))
         except Exception as e:  # noqa: BLE001 - one part failing must not lose the other's table
             import traceback
 

@@ -145,7 +145,9 @@ class Bench:
                          ", ".join(rl.fmt(x) for x in s.get("per_run", [])), rl.ratio(s.get("median_ms"), base),
                          s.get("max_ms"), s.get("tail_s"), s.get("post_s")])
         d, p = summ.get("dlpt", {}).get("median_ms"), summ.get("proton", {}).get("median_ms")
-        verdict = f"dlpt below Proton: {rl.fmt(d < p) if d and p else '-'}   (dlpt/none target ≤ 1.25)"
+        verdict = (f"dlpt below Proton: {rl.fmt(d < p) if d and p else '-'}   (dlpt/none target ≤ 1.25); "
+                   f"dlpt's end cost (its last line→exit less the unprofiled one's): "
+                   f"{rl.fmt(summ.get('dlpt', {}).get('end_cost_s'))} s (target ≤ 0.5 s)")
         self.tables.append(rl.table(f"nanoGPT eager, median step ms over iterations 10–{a.iters} ({self.res['device']})",
                                     ["config", "runs ok", "median ms", "per run", "× unprofiled", "max step ms",
                                      "last line→exit s", "dlpt post s"], rows) + "\n" + verdict)

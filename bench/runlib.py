@@ -147,12 +147,13 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
     w.start()
     w.join(timeout)
     timed_out = w.is_alive()
-    if timed_out:
-        try:  # the whole group: dataloader workers and other children of the program go too
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        w.join()
+    # The whole group goes: on a timeout the program with it, and in any case what it left behind
+    # (a dataloader worker outliving its parent) so that it cannot weigh on the next run.
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    w.join()
     # Popen must not try to reap the pid we already reaped.
     p.returncode = os.waitstatus_to_exitcode(reaped["status"])
     for t in readers:
