@@ -37,6 +37,10 @@ def result(r: rl.Result) -> dict[str, Any] | None:
 
 
 def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace, log: str) -> dict[str, Any]:
+    if a.budget_clock.left() < 30:  # a run cut off at once measures nothing: say it was not run
+        print(f"  skip {tag}: {a.budget_clock.left():.0f} s left", flush=True)
+        return {"config": cfg, "tag": tag, "skipped": "budget", "rc": None, "timed_out": False,
+                "median_ms": None, "maxrss_mb": None}
     prof = os.path.join(work, f"{tag}.dlpt")
     prog = [PROG, mode, str(n)]
     cmd = [rl.PY, *prog] if cfg == "none" else rl.dlpt_record(prof, *prog)
@@ -100,7 +104,7 @@ def main() -> None:
             ok = [r for r in rs if r["rc"] == 0 and r["median_ms"] is not None]
             summ[cfg] = {"median_ms": rl.med([r["median_ms"] for r in ok]), "per_run": [r["median_ms"] for r in ok],
                          "ok": len(ok), "n": len(rs), "saved": sum(1 for r in rs if r.get("saved")),
-                         "exit": sorted({r["rc"] for r in rs})}
+                         "exit": sorted({r["rc"] for r in rs if r["rc"] is not None})}
         summ["ratio"] = rl.ratio(summ["dlpt"]["median_ms"], summ["none"]["median_ms"])
         res["oploop_summary"] = summ
         for cfg, label in (("none", "unprofiled"), ("dlpt", "dlpt record")):
@@ -108,7 +112,8 @@ def main() -> None:
             rows.append([label, f"{s['ok']}/{s['n']}", s["median_ms"], ", ".join(rl.fmt(x) for x in s["per_run"]),
                          rl.ratio(s["median_ms"], summ["none"]["median_ms"]),
                          f"{s['saved']}/{s['n']}" if cfg == "dlpt" else "-",
-                         ", ".join("timed out" if r["timed_out"] else str(r["rc"]) for r in runs if r["config"] == cfg)])
+                         ", ".join("skipped" if r.get("skipped") else "timed out" if r["timed_out"] else str(r["rc"])
+                                   for r in runs if r["config"] == cfg)])
         tables.append(rl.table(f"CPU op-bound loop: 8×(Linear+LayerNorm+GELU) 16×64, AdamW, {a.steps} steps, median "
                                f"step ms over steps {a.skip}.. ({os.cpu_count()} cores; target ≤ 1.25×)",
                                ["config", "ran", "median ms", "per run", "× unprofiled", "saved", "exit"], rows))
@@ -124,7 +129,8 @@ def main() -> None:
                 "dlpt_growth_mb": round(g["dlpt"] - g["none"], 1) if None not in g.values() else None,
                 "dlpt_peak_extra_mb": round(m["dlpt"] - m["none"], 1) if None not in m.values() else None}
         res["memory_summary"] = summ
-        rows = [[label, "timed out" if by[c]["timed_out"] else by[c]["rc"], by[c].get("steps"), by[c].get("loop_s"), by[c].get("rss_after_warm_mb"),
+        rows = [[label, "skipped" if by[c].get("skipped") else "timed out" if by[c]["timed_out"] else by[c]["rc"],
+                 by[c].get("steps"), by[c].get("loop_s"), by[c].get("rss_after_warm_mb"),
                  by[c].get("rss_end_mb"), g[c], m[c]] for c, label in (("none", "unprofiled"), ("dlpt", "dlpt record"))]
         tables.append(rl.table(f"Memory: {a.mem_steps} steps of a tiny Linear+SGD loop (target: dlpt's growth < 50 MB)",
                                ["config", "exit", "steps", "loop s", "RSS after warm-up MB", "RSS end MB",

@@ -64,13 +64,13 @@ for _ in range(10):
 torch.cuda.synchronize()
 EOF
 t0=$SECONDS
-(cd /tmp && python3 -m dlpt record --force -o /tmp/dlpt_warm.dlpt /tmp/dlpt_warm.py) 2>&1 | tail -3 | tee -a "$log"
+(cd /tmp && timeout 300 python3 -m dlpt record --force -o /tmp/dlpt_warm.dlpt /tmp/dlpt_warm.py) 2>&1 | tail -3 | tee -a "$log"
 say "warm-up record (native build on first use): $((SECONDS - t0)) s"
 
-run_part() {  # run_part NAME MIN_SECONDS COMMAND...
-  local name=$1 min=$2; shift 2
-  if [ "$(left)" -lt "$min" ]; then say "== $name: skipped, $(left) s left"; return; fi
-  say "== $name ($(left) s left)"
+run_part() {  # run_part NAME SECONDS_FOR_IT COMMAND...
+  local name=$1 mine=$2; shift 2
+  if [ "$mine" -lt 60 ]; then say "== $name: skipped, $(left) s left and $mine s for it"; return; fi
+  say "== $name ($mine of $(left) s left)"
   "$@" 2>&1 | tee -a "$log"
 }
 
@@ -87,10 +87,10 @@ for i in "${!list[@]}"; do
   for q in "${list[@]:$((i + 1))}"; do later=$((later + ${need[$q]:-0})); done
   b=$(( $(left) - later ))
   case "$p" in
-  fidelity) run_part fidelity 60 python3 bench/gpu_fidelity.py --budget "$b" "$@" ;;
-  overhead) run_part overhead 60 python3 bench/gpu_overhead.py --budget "$b" "$@" ;;
-  trainer) run_part trainer 60 python3 bench/gpu_trainer.py --budget "$b" "$@" ;;
-  cpu) run_part cpu 60 python3 bench/cpu_oploop.py --budget "$b" "$@" ;;
+  fidelity) run_part fidelity "$b" python3 bench/gpu_fidelity.py --budget "$b" "$@" ;;
+  overhead) run_part overhead "$b" python3 bench/gpu_overhead.py --budget "$b" "$@" ;;
+  trainer) run_part trainer "$b" python3 bench/gpu_trainer.py --budget "$b" "$@" ;;
+  cpu) run_part cpu "$b" python3 bench/cpu_oploop.py --budget "$b" "$@" ;;
   *) echo "usage: bash bench/device_record.sh fidelity|overhead|trainer|cpu|all|PART,PART... [options of one part]"; exit 2 ;;
   esac
 done
