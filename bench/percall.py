@@ -22,11 +22,30 @@ def loop(k: int) -> float:
     return (time.perf_counter() - t) / k * 1e9
 
 
+lin = torch.nn.Linear(4, 4)
+
+
+def nested(k: int) -> float:
+    """One top-level op with nested ones (linear → t, addmm), no grad."""
+    with torch.no_grad():
+        t = time.perf_counter()
+        for _ in range(k):
+            lin(x)
+        return (time.perf_counter() - t) / k * 1e9
+
+
 mod = native.load(quiet=True)
 loop(10_000)
+nested(10_000)
 for rnd in range(3):
-    base = loop(100_000)
-    mod.start(False, False, True)
-    rec = loop(100_000)
-    mod.stop()
-    print(f"x.add_(1): {base:.0f} ns unprofiled, {rec:.0f} ns recorded: +{rec - base:.0f} ns per op")
+    for name, fn, k in (("x.add_(1)", loop, 100_000), ("Linear(x)", nested, 50_000)):
+        base = fn(k)
+        mod.start(False, False, True, "noop")
+        noop = fn(k)
+        mod.stop()
+        mod.start(False, False, True, "")
+        rec = fn(k)
+        mod.stop()
+        ops = mod.stats()["ops"]
+        print(f"{name}: {base:.0f} ns unprofiled; +{noop - base:.0f} ns with torch's callback machinery "
+              f"alone; +{rec - base:.0f} ns recorded (ops entered so far {ops})")

@@ -215,6 +215,7 @@ struct FrameKeyHash {
 
 struct ThreadState {
   uint64_t epoch = 0;
+  int64_t n_ops = 0;  // ops entered by this thread (all recordings), for stats
   std::vector<OpenOp> stack;
   int64_t base = -1;  // this thread's context root for the current epoch
   int64_t cut = 0;    // outermost Python frames that belong to dlpt's thread start, not the program
@@ -229,10 +230,16 @@ struct ThreadState {
 };
 
 thread_local ThreadState* t_state = nullptr;
+std::mutex g_threads_mu;
+std::vector<ThreadState*> g_threads;  // every thread's state, for stats
 
 ThreadState& tstate() {
   ThreadState* s = t_state;
-  if (!s) s = t_state = new ThreadState();  // one per thread for the process's life: threads are few
+  if (!s) {
+    s = t_state = new ThreadState();  // one per thread for the process's life: threads are few
+    std::lock_guard<std::mutex> lk(g_threads_mu);
+    g_threads.push_back(s);
+  }
   uint64_t e = g_epoch.load(std::memory_order_acquire);
   if (s->epoch != e) {
     s->epoch = e;
@@ -489,9 +496,14 @@ int64_t backward_marker(ThreadState& ts, int64_t parent) {
 
 std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
+// Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
+// the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities.
+bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false;
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (g_diag_noop) return nullptr;
   ThreadState& ts = tstate();
+  ++ts.n_ops;
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
     ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr});  // keeps enter/exit paired while switching off
@@ -522,6 +534,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 }
 
 void on_exit(const at::RecordFunction&, at::ObserverContext*) {
+  if (g_diag_noop) return;
   ThreadState* s = t_state;
   if (s == nullptr || s->stack.empty()) return;
   OpenOp op = s->stack.back();
@@ -739,7 +752,7 @@ std::string cupti_err(const char* what, CUptiResult r) {
 
 // Subscribe to the launch/copy/memset entry points and enable the activity kinds; "" or why not.
 std::string device_on() {
-  if (g_sub == nullptr) {
+  if (g_sub == nullptr && !g_diag_no_callbacks) {
     CUptiResult r = cuptiSubscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(on_api), nullptr);
     if (r != CUPTI_SUCCESS) {
       g_sub = nullptr;
@@ -754,13 +767,14 @@ std::string device_on() {
           cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
       }
   }
+  g_device_on.store(true);
+  if (g_diag_no_activities) return "";
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);
   for (auto k : kKinds) {
     r = cuptiActivityEnable(k);
     if (r != CUPTI_SUCCESS && k != CUPTI_ACTIVITY_KIND_MEMCPY2) return cupti_err("cuptiActivityEnable", r);
   }
-  g_device_on.store(true);
   return "";
 }
 
@@ -807,7 +821,10 @@ std::string switch_on(bool device, bool host) {
 
 // Start a recording: a fresh trie, the host callback, and CUPTI when asked. Returns "" when the
 // device side is on (or was not asked for), else why it could not start.
-std::string start(bool device, bool gil_frames, bool host) {
+std::string start(bool device, bool gil_frames, bool host, const std::string& diag) {
+  g_diag_noop = diag.find("noop") != std::string::npos;
+  g_diag_no_callbacks = diag.find("nocallbacks") != std::string::npos;
+  g_diag_no_activities = diag.find("noactivities") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();
@@ -961,6 +978,12 @@ py::dict stats() {
   d["device_records"] = g_records.load();
   d["unlinked_records"] = g_unlinked.load();
   d["dropped_nodes"] = g_dropped_nodes.load();
+  int64_t ops = 0;
+  {
+    std::lock_guard<std::mutex> lk(g_threads_mu);
+    for (ThreadState* t : g_threads) ops += t->n_ops;  // a racy read of counters: for stats only
+  }
+  d["ops"] = ops;
   return d;
 }
 
@@ -968,7 +991,8 @@ py::dict stats() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt's online collector: RecordFunction + CUPTI into a calling-context trie";
-  m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true);
+  m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true,
+        py::arg("diag") = "");
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
   m.def("flush", &flush, py::arg("forced") = true, py::call_guard<py::gil_scoped_release>());
   m.def("snapshot", &snapshot, py::arg("codes_from") = 0, py::arg("names_from") = 0);

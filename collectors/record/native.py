@@ -116,6 +116,7 @@ def load(quiet: bool = False) -> Any:
         tag = hashlib.sha256(b"\0".join([src, torch.__version__.encode(), sys.version.encode(),
                                           " ".join(flags + ldflags).encode()])).hexdigest()[:12]
         name = f"dlpt_collector_{tag}"
+        _clear_stale_lock(cpp_extension, name, quiet)
         if not quiet and not _built(cpp_extension, name):
             print("dlpt: building the native collector (once per torch version)…", file=sys.stderr, flush=True)
         try:
@@ -148,6 +149,28 @@ def _build_error(e: BaseException) -> str:
 def cupti() -> Cupti | None:
     """The CUPTI the loaded collector links (None: a CPU build)."""
     return _loaded.get("cupti")
+
+
+STALE_LOCK_SECONDS = 600  # a build takes under two minutes even on a slow machine
+
+
+def _clear_stale_lock(cpp_extension: Any, name: str, quiet: bool) -> None:
+    """torch's extension builder waits, without end, for the lock file of a build that was
+    interrupted (Ctrl-C during dlpt's first recording): remove a lock older than any build."""
+    import time
+
+    try:
+        lock = os.path.join(cpp_extension._get_build_directory(name, False), "lock")
+        age = time.time() - os.path.getmtime(lock)
+    except Exception:  # noqa: BLE001 - no lock (the usual case), or torch's helper moved
+        return
+    if age > STALE_LOCK_SECONDS:
+        try:
+            os.remove(lock)
+        except OSError:
+            return
+        if not quiet:
+            print(f"dlpt: removed the lock of an interrupted build ({lock})", file=sys.stderr, flush=True)
 
 
 def _built(cpp_extension: Any, name: str) -> bool:

@@ -143,7 +143,8 @@ class Recorder:
         gil = os.environ.get("DLPT_FRAMES", "") == "gil"
         device = self.cuda and os.environ.get("DLPT_DEVICE", "1") != "0"
         host = os.environ.get("DLPT_HOST", "1") != "0"
-        self.device_error = self.mod.start(device, gil, host)
+        # DLPT_DIAG: noop (the op callback returns at once), nocallbacks, noactivities (CUPTI's halves).
+        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""))
         self.on = True
         if self.device_error and not self.quiet:
             print(f"dlpt: no GPU activity will be recorded ({self.device_error}); recording host op time only"
