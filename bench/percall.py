@@ -37,7 +37,7 @@ def nested(k: int) -> float:
 mod = native.load(quiet=True)
 loop(10_000)
 nested(10_000)
-for rnd in range(3):
+for _ in range(3):
     for name, fn, k in (("x.add_(1)", loop, 100_000), ("Linear(x)", nested, 50_000)):
         base = fn(k)
         mod.start(False, False, True, "noop")
