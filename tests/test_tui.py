@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import TRACE_SOURCES, trace_path
 from rich.console import Console
 from textual.widgets import Static
 
@@ -25,12 +26,9 @@ from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.model import FlatSource, Outline, TreeSource, filter_keys
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "kineto")
-GPT = os.path.join(FIX, "gpt_train.pt.trace.json.gz")
-COPIES = os.path.join(FIX, "copies.pt.trace.json.gz")
-TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools")
-
-pytestmark = pytest.mark.skipif(not os.path.exists(GPT), reason="fixtures not available")
+GPT = str(trace_path("gpt_train"))
+COPIES = str(trace_path("copies"))
+TOOLS = str(TRACE_SOURCES)
 
 
 def run_async(fn):
@@ -46,7 +44,7 @@ def run_async(fn):
 @pytest.fixture(scope="module")
 def gpt() -> Profile:
     prof = open_profile(GPT)
-    # The traces name `capture_traces.py` relative to where it ran; its text lives in shared/tools.
+    # The traces name `capture_traces.py` relative to where it ran; its text is in tests/data/tools.
     prof.sources.update(snapshot_sources(prof, [TOOLS]))
     return prof
 
