@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.frames import Frame, short_path
-from dlpt.metrics import BYTE_METRICS, COL, METRICS, TIME_METRICS, metric_column
+from dlpt.metrics import BYTE_METRICS, COL, METRICS, TIME_METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.views import GROUPINGS, NO_GROUP, check_view, flat, prepare
 
@@ -193,11 +193,12 @@ def _name(p: Profile) -> str:
     return str(p.path or p.meta.get("command") or p.frame_of(0).name)
 
 
-def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str = "gpu_time",
+def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None = None,
                   include_library: bool = False) -> Diff:
     """Match the flat views of `a` (before) and `b` (after) and compute the deltas of `metric`;
     rows sorted by absolute delta, largest first (ties: larger value first, then label)."""
     check_view("flat", by)
+    metric = metric or default_metric(a, b)
     col = metric_column(metric)
     pa, pb = prepare(a, include_library), prepare(b, include_library)
     ea, eb = entries(pa, by), entries(pb, by)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.transforms import propagate_down
 from dlpt.views import flat, prepare
@@ -59,9 +59,10 @@ def summary(profile: Profile, metric: str = "gpu_time") -> dict[str, Any]:
     }
 
 
-def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
+def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
              include_library: bool = False) -> dict[str, Any]:
-    """The hotspots document for `profile`, ranked by `metric`."""
+    """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`)."""
+    metric = metric or default_metric(profile)
     col = metric_column(metric)
     view = prepare(profile, include_library)
     cct = view.cct

@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.commands.common import write_output
 from dlpt.errors import DlptError
-from dlpt.metrics import COL
+from dlpt.metrics import COL, default_metric
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, render_detail
@@ -94,14 +94,15 @@ class DlptApp(App[int]):
     ]
 
     def __init__(self, path: str | None = None, profile: Profile | None = None, *,
-                 include_library: bool = False, metric: str = "gpu_time") -> None:
+                 include_library: bool = False, metric: str | None = None) -> None:
         super().__init__()
         if path is None and profile is None:
             raise ValueError("DlptApp needs a path or a profile")
         self.path = path
         self.base = profile
         self.include_library = include_library
-        self.metric = metric
+        # None until the profile is read: then the model's default (`default_metric`).
+        self.metric: str = metric or (default_metric(profile) if profile is not None else "")
         self.view = "top-down"
         self.by = "line"
         self.search_text = ""
@@ -191,6 +192,8 @@ class DlptApp(App[int]):
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
             self.base = open_profile(self.path, progress=progress)
+        if not self.metric:
+            self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
 
     def _loaded(self, v: Variant) -> None:
@@ -294,11 +297,17 @@ class DlptApp(App[int]):
         t.append(program_name(prof), style="bold")
         t.append(f" ({kind}) · {device_names(prof)}\n")
         tot = kind_totals(prof)
-        t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
-        parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                 ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
-        t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts
-                                   if tot[m] or m in ("kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time")))
+        if tot["gpu_time"]:
+            t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
+            parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
+                     ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
+            t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts
+                                       if tot[m] or m in ("kernel_time", "htod_time", "dtoh_time", "dtod_time",
+                                                          "memset_time")))
+        else:
+            t.append("no GPU activity in this profile", style="bold")
+        if tot["cpu_time"]:
+            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
         view = f"flat by {self.by}" if self.view == "flat" else self.view
         t.append(f"[{view}]", style="reverse")
@@ -306,8 +315,6 @@ class DlptApp(App[int]):
         if self.search_text:
             t.append(" · filter ")
             t.append(safe_text(repr(self.search_text)), style="bold")
-        if tot["cpu_time"]:
-            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         if self.busy:
             t.append(f" · {self.busy}…", style="italic")
         header.update(t)
@@ -485,7 +492,7 @@ class DlptApp(App[int]):
         return [] if o is None else [o.source.label(int(k)) for k in o.keys]
 
 
-def run_app(path: str, include_library: bool = False, metric: str = "gpu_time") -> int:
+def run_app(path: str, include_library: bool = False, metric: str | None = None) -> int:
     """Run the TUI on `path`; raise DlptError when the profile cannot be opened."""
     if not os.path.exists(path):
         raise DlptError(f"{path}: no such file or directory")
