@@ -38,6 +38,11 @@ def copy_kind(name: str) -> int:
     return MEMCPY_OTHER
 
 
+def metric_unit(metric: str) -> str:
+    """The unit of a metric's integer values: `ns`, `bytes` or `count`."""
+    return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
+
+
 def metric_column(name: str) -> int:
     from dlpt.errors import DlptError
 
