@@ -222,7 +222,7 @@ async def test_library_frames_toggle(gpt: Profile) -> None:
         names = app.row_names()
         assert any(n.startswith("torch/") or n.startswith("nn/") or "modules/" in n for n in names)
         assert app.table.total == gpu_total(gpt)
-        assert "library frames shown" in header_text(app)
+        assert "library shown" in header_text(app)
         await pilot.press("l")
         await settle(pilot)
         assert app.row_names() == hidden_names  # the hidden variant kept its expansion
@@ -318,8 +318,9 @@ def _markup_profile() -> Profile:
     node = np.array([new[leaf]] * 2)
     exc = exclusive_matrix(len(parent), node, np.array([KERNEL] * 2), np.array([500, 700]), np.zeros(2, np.int64),
                            np.zeros(0, np.int64), np.zeros(0, np.int64))
-    acts = Activities(node, np.array([KERNEL] * 2), np.array([k, k]), np.zeros(2, np.int64), np.zeros(2, np.int64),
-                      np.array([0, 1000]), np.array([500, 700]), np.zeros(2, np.int64))
+    acts = Activities(node=node, kind=np.array([KERNEL] * 2), name=np.array([k, k]), device=np.zeros(2, np.int64),
+                      stream=np.zeros(2, np.int64), start=np.array([0, 1000]), duration=np.array([500, 700]),
+                      bytes=np.zeros(2, np.int64))
     return Profile(ft.frames, CCT(parent, frame, exc), acts, {"source": "record", "command": "python [x].py"},
                    {"user.py": "a = 1\nb = 2\nc = f()\n"}, path="markup.dlpt")
 
@@ -397,3 +398,21 @@ def test_snapshot_help(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(_app(), terminal_size=(100, 30), run_before=before)
+
+
+def test_snapshot_hot_path_80x24(snap_compare) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=before)
+
+
+def test_snapshot_metric_picker(snap_compare) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=before)
