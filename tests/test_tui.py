@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -278,16 +279,21 @@ async def test_export_hotspots(tmp_path) -> None:
     trace = tmp_path / "copies.pt.trace.json.gz"
     shutil.copy(COPIES, trace)
     app = DlptApp(str(trace))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("x")
-        await settle(pilot)
-        out = tmp_path / "copies.pt.trace.json.gz.hotspots.json"
-        assert app.last_export == str(out)
-        doc = json.loads(out.read_text())
-        assert doc["schema"] == "dlpt.hotspots/1" and doc["metric"] == "gpu_time"
-        assert doc["summary"]["memcpy_time"]["HtoD"] > 0 and doc["hotspots"]
-        assert not [p for p in os.listdir(tmp_path) if p.startswith(".dlpt-")]  # no temporary left
+    old_mask = os.umask(0o022)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("x")
+            await settle(pilot)
+    finally:
+        os.umask(old_mask)
+    out = tmp_path / "copies.pt.trace.json.gz.hotspots.json"
+    assert app.last_export == str(out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644  # a file like any other, not a private 0600 one
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "dlpt.hotspots/1" and doc["metric"] == "gpu_time"
+    assert doc["summary"]["memcpy_time"]["HtoD"] > 0 and doc["hotspots"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".dlpt-")]  # no temporary left
 
 
 @run_async
