@@ -236,6 +236,8 @@ class TreeTable(ScrollView, can_focus=True):
         return max(self.visible_rows() - 1, 1)
 
     def _scroll_to_cursor(self, center: bool = False) -> None:
+        # force=True: right after rows were added (`e`, enter) textual has not yet decided that
+        # the table needs a scrollbar, and would refuse to scroll until the next layout.
         h = self.visible_rows()
         top = int(self.scroll_offset.y)
         if center and not (top <= self.cursor < top + h):
