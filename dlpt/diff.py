@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.frames import Frame, short_path
-from dlpt.metrics import BYTE_METRICS, COL, METRICS, TIME_METRICS, metric_column
+from dlpt.metrics import COL, METRICS, default_metric, metric_column, metric_unit
 from dlpt.profile import Profile
 from dlpt.views import GROUPINGS, NO_GROUP, check_view, flat, prepare
 
@@ -193,11 +193,12 @@ def _name(p: Profile) -> str:
     return str(p.path or p.meta.get("command") or p.frame_of(0).name)
 
 
-def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str = "gpu_time",
+def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None = None,
                   include_library: bool = False) -> Diff:
     """Match the flat views of `a` (before) and `b` (after) and compute the deltas of `metric`;
     rows sorted by absolute delta, largest first (ties: larger value first, then label)."""
     check_view("flat", by)
+    metric = metric or default_metric(a, b)
     col = metric_column(metric)
     pa, pb = prepare(a, include_library), prepare(b, include_library)
     ea, eb = entries(pa, by), entries(pb, by)
@@ -223,10 +224,6 @@ def row_label(row: DiffRow, by: str) -> str:
     return e.label
 
 
-def _unit(metric: str) -> str:
-    return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
-
-
 def _side(e: Entry | None) -> dict[str, Any] | None:
     if e is None:
         return None
@@ -248,8 +245,8 @@ def diff_json(d: Diff, top: int | None = None) -> dict[str, Any]:
         counts[r.match] = counts.get(r.match, 0) + 1
     before, after = int(d.a_total[col]), int(d.b_total[col])
     return {
-        "schema": SCHEMA, "by": d.by, "metric": d.metric, "unit": _unit(d.metric),
-        "units": {m: _unit(m) for m in METRICS},
+        "schema": SCHEMA, "by": d.by, "metric": d.metric, "unit": metric_unit(d.metric),
+        "units": {m: metric_unit(m) for m in METRICS},
         "a": {"path": d.a_name, "total": totals(d.a_total)},
         "b": {"path": d.b_name, "total": totals(d.b_total)},
         "before": before, "after": after, "delta": after - before,

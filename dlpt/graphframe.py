@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.views import prepare
 
 if TYPE_CHECKING:
@@ -56,18 +56,20 @@ def frame_attrs(frame: Frame) -> dict[str, Any]:
 
 
 def to_graphframe(profile: Profile, include_library: bool = False,
-                  metric: str = "gpu_time") -> hatchet.GraphFrame:
+                  metric: str | None = None) -> hatchet.GraphFrame:
     """The profile's calling-context tree as a hatchet GraphFrame.
 
     Node `i` of the (library-hidden unless `include_library`) CCT becomes the hatchet node with
     `_hatchet_nid == i`, so `gf.dataframe` rows line up with the CCT's preorder. `metric` picks
-    the GraphFrame's default metric (its inclusive column)."""
+    the GraphFrame's default metric (its inclusive column); by default the profile's own
+    (`dlpt.metrics.default_metric`: gpu_time, or cpu_time for a profile without GPU activity)."""
     import pandas as pd
     from hatchet import GraphFrame
     from hatchet.frame import Frame as HFrame
     from hatchet.graph import Graph
     from hatchet.node import Node
 
+    metric = metric or default_metric(profile)
     metric_column(metric)  # a clear error for an unknown name, before any work
     prof = prepare(profile, include_library)
     cct = prof.cct

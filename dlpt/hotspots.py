@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.transforms import propagate_down
 from dlpt.views import flat, prepare
@@ -20,9 +20,13 @@ def us(ns: float | int) -> float:
     return round(float(ns) / 1000.0, 3)
 
 
-def _memcpy(row: np.ndarray) -> dict[str, float]:
-    return {"HtoD": us(row[COL["htod_time"]]), "DtoH": us(row[COL["dtoh_time"]]),
-            "DtoD": us(row[COL["dtod_time"]]), "other": us(row[COL["memcpy_other_time"]])}
+def _exact(v: float | int) -> int:
+    return int(v)
+
+
+def _memcpy(row: np.ndarray, conv=us) -> dict[str, Any]:
+    return {"HtoD": conv(row[COL["htod_time"]]), "DtoH": conv(row[COL["dtoh_time"]]),
+            "DtoD": conv(row[COL["dtod_time"]]), "other": conv(row[COL["memcpy_other_time"]])}
 
 
 def _value(ns: int, metric: str) -> float:
@@ -39,8 +43,15 @@ def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     return on_src, in_bwd
 
 
-def summary(profile: Profile, metric: str = "gpu_time") -> dict[str, Any]:
+def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dict[str, Any]:
+    """Totals of the profile. `unit="us"`: times as microsecond floats (the hotspots schema);
+    `unit="ns"`: every value an integer in its metric's unit (`dlpt report --format json`)."""
     col = metric_column(metric)
+    t = us if unit == "us" else _exact
+
+    def val(v: int) -> Any:
+        return _value(v, metric) if unit == "us" else int(v)
+
     cct = profile.cct
     tot = cct.exclusive.sum(axis=0)
     on_src, in_bwd = node_flags(profile)
@@ -48,20 +59,21 @@ def summary(profile: Profile, metric: str = "gpu_time") -> dict[str, Any]:
     for i in np.flatnonzero(np.array([f.kind == "unattributed" for f in profile.frames])[cct.frame]).tolist():
         name = profile.frame_of(i).name
         reason = name[len("<unattributed: "):-1] if name.startswith("<unattributed: ") else name
-        unatt[reason] = unatt.get(reason, 0.0) + _value(int(cct.inclusive[i, col]), metric)
+        unatt[reason] = unatt.get(reason, 0) + val(int(cct.inclusive[i, col]))
     return {
-        "gpu_time": us(tot[COL["gpu_time"]]), "kernel_time": us(tot[COL["kernel_time"]]),
-        "memset_time": us(tot[COL["memset_time"]]), "memcpy_time": _memcpy(tot),
-        "cpu_time": us(tot[COL["cpu_time"]]),
-        "attributed_to_source": _value(int(cct.exclusive[on_src, col].sum()), metric),
-        "backward_time": _value(int(cct.exclusive[in_bwd, col].sum()), metric),
+        "gpu_time": t(tot[COL["gpu_time"]]), "kernel_time": t(tot[COL["kernel_time"]]),
+        "memset_time": t(tot[COL["memset_time"]]), "memcpy_time": _memcpy(tot, t),
+        "cpu_time": t(tot[COL["cpu_time"]]),
+        "attributed_to_source": val(int(cct.exclusive[on_src, col].sum())),
+        "backward_time": val(int(cct.exclusive[in_bwd, col].sum())),
         "unattributed": unatt,
     }
 
 
-def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
+def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
              include_library: bool = False) -> dict[str, Any]:
-    """The hotspots document for `profile`, ranked by `metric`."""
+    """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`)."""
+    metric = metric or default_metric(profile)
     col = metric_column(metric)
     view = prepare(profile, include_library)
     cct = view.cct

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from dlpt.profile import Profile
 
 METRICS = (
     "gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
@@ -33,6 +38,11 @@ def copy_kind(name: str) -> int:
     return MEMCPY_OTHER
 
 
+def metric_unit(metric: str) -> str:
+    """The unit of a metric's integer values: `ns`, `bytes` or `count`."""
+    return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
+
+
 def metric_column(name: str) -> int:
     from dlpt.errors import DlptError
 
@@ -40,6 +50,19 @@ def metric_column(name: str) -> int:
         return COL[name]
     except KeyError:
         raise DlptError(f"unknown metric {name!r}; choose one of: {', '.join(METRICS)}") from None
+
+
+def default_metric(*profiles: Profile) -> str:
+    """The metric every view ranks by when the user names none: `gpu_time` when any of the
+    profiles has GPU activity; else `cpu_time` (host ops' self time) when any has host op time,
+    as a recording on a machine without a GPU has; else `gpu_time`. Reports, exports, the TUI,
+    diffs and GraphFrames all start from this one rule, so they agree on what a profile shows."""
+    gpu = cpu = 0
+    for p in profiles:
+        exc = p.cct.exclusive
+        gpu += int(exc[:, COL["gpu_time"]].sum())
+        cpu += int(exc[:, COL["cpu_time"]].sum())
+    return "cpu_time" if gpu == 0 and cpu > 0 else "gpu_time"
 
 
 def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.ndarray,

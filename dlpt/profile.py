@@ -85,9 +85,10 @@ class Profile:
 
         return view_dataframe(self, view=view, by=by, include_library=include_library)
 
-    def to_graphframe(self, include_library: bool = False, metric: str = "gpu_time") -> hatchet.GraphFrame:
+    def to_graphframe(self, include_library: bool = False, metric: str | None = None) -> hatchet.GraphFrame:
         """The calling-context tree as a hatchet GraphFrame (exclusive metrics as `gpu_time`,
-        inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays."""
+        inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays. The
+        default metric is gpu_time, or cpu_time for a profile without GPU activity."""
         from dlpt.graphframe import to_graphframe
 
         return to_graphframe(self, include_library=include_library, metric=metric)

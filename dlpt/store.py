@@ -179,7 +179,7 @@ def save(profile: Profile, path: str, force: bool = True) -> None:
         fd, tmp = _make_temp(directory)
         try:
             # mkstemp makes the file private (0600); a profile is shared like any output file.
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, new_file_mode())
         finally:
             os.close(fd)
         con = sqlite3.connect(tmp)
@@ -213,6 +213,12 @@ def _no_space(path: str, directory: str) -> str:
     free = _free_bytes(directory)
     left = f"; {_size(free)} free in {directory}" if free is not None else ""
     return f"cannot write {path}: no space left on the device{left}"
+
+
+def new_file_mode() -> int:
+    """The mode `open(path, "w")` would give a new file: 0666 less the umask (0644 under 022).
+    Atomic writers start from mkstemp's private 0600 and set this before the rename."""
+    return 0o666 & ~_umask()
 
 
 def _umask() -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
-from dlpt.frames import Frame
+from dlpt.frames import Frame, short_path
 from dlpt.profile import Activities, Profile
 from dlpt.transforms import hide_library
 
@@ -69,10 +69,11 @@ class FlatView:
 def _label(frame: Frame, by: str) -> str:
     if by == "line":
         return frame.label()
+    # Paths read as in `--by line` (`Frame.label`): the last two components, never absolute.
     if by == "function":
-        return f"{frame.function} ({frame.file})" if frame.file else frame.name
+        return f"{frame.function} ({short_path(frame.file)})" if frame.file else frame.name
     if by == "file":
-        return frame.file
+        return short_path(frame.file)
     return frame.name
 
 

@@ -1,24 +1,24 @@
-"""Shared fixtures: the real H200 traces in ../shared/fixtures/kineto (or $DLPT_FIXTURES)."""
+"""Shared fixtures: the real H200 traces in tests/data/kineto, shipped with the repository so
+that a fresh clone tests itself."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("DLPT_FIXTURES", ROOT.parent / "shared" / "fixtures" / "kineto"))
+DATA = ROOT / "tests" / "data"
+FIXTURES = DATA / "kineto"
+# The program that made the traces: they name its lines, so its text shows their source.
+TRACE_SOURCES = DATA / "tools"
 TRACE_NAMES = ("copies", "gpt_train", "resnet_infer", "compiled_mlp", "cudagraph_mlp", "threaded")
 
 
 def trace_path(name: str) -> Path:
-    p = FIXTURES / f"{name}.pt.trace.json.gz"
-    if not p.exists():
-        raise FileNotFoundError(f"fixture trace {p} is missing; set DLPT_FIXTURES")
-    return p
+    return FIXTURES / f"{name}.pt.trace.json.gz"
 
 
 def raw_events(name: str) -> list[dict]:

@@ -7,11 +7,13 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import TRACE_SOURCES, trace_path
 from rich.console import Console
 from textual.widgets import Static
 
@@ -25,12 +27,9 @@ from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.model import FlatSource, Outline, TreeSource, filter_keys
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "kineto")
-GPT = os.path.join(FIX, "gpt_train.pt.trace.json.gz")
-COPIES = os.path.join(FIX, "copies.pt.trace.json.gz")
-TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "tools")
-
-pytestmark = pytest.mark.skipif(not os.path.exists(GPT), reason="fixtures not available")
+GPT = str(trace_path("gpt_train"))
+COPIES = str(trace_path("copies"))
+TOOLS = str(TRACE_SOURCES)
 
 
 def run_async(fn):
@@ -46,7 +45,7 @@ def run_async(fn):
 @pytest.fixture(scope="module")
 def gpt() -> Profile:
     prof = open_profile(GPT)
-    # The traces name `capture_traces.py` relative to where it ran; its text lives in shared/tools.
+    # The traces name `capture_traces.py` relative to where it ran; its text is in tests/data/tools.
     prof.sources.update(snapshot_sources(prof, [TOOLS]))
     return prof
 
@@ -224,7 +223,7 @@ async def test_library_frames_toggle(gpt: Profile) -> None:
         names = app.row_names()
         assert any(n.startswith("torch/") or n.startswith("nn/") or "modules/" in n for n in names)
         assert app.table.total == gpu_total(gpt)
-        assert "library frames shown" in header_text(app)
+        assert "library shown" in header_text(app)
         await pilot.press("l")
         await settle(pilot)
         assert app.row_names() == hidden_names  # the hidden variant kept its expansion
@@ -280,16 +279,21 @@ async def test_export_hotspots(tmp_path) -> None:
     trace = tmp_path / "copies.pt.trace.json.gz"
     shutil.copy(COPIES, trace)
     app = DlptApp(str(trace))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("x")
-        await settle(pilot)
-        out = tmp_path / "copies.pt.trace.json.gz.hotspots.json"
-        assert app.last_export == str(out)
-        doc = json.loads(out.read_text())
-        assert doc["schema"] == "dlpt.hotspots/1" and doc["metric"] == "gpu_time"
-        assert doc["summary"]["memcpy_time"]["HtoD"] > 0 and doc["hotspots"]
-        assert not [p for p in os.listdir(tmp_path) if p.startswith(".dlpt-")]  # no temporary left
+    old_mask = os.umask(0o022)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("x")
+            await settle(pilot)
+    finally:
+        os.umask(old_mask)
+    out = tmp_path / "copies.pt.trace.json.gz.hotspots.json"
+    assert app.last_export == str(out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644  # a file like any other, not a private 0600 one
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "dlpt.hotspots/1" and doc["metric"] == "gpu_time"
+    assert doc["summary"]["memcpy_time"]["HtoD"] > 0 and doc["hotspots"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".dlpt-")]  # no temporary left
 
 
 @run_async
@@ -320,8 +324,9 @@ def _markup_profile() -> Profile:
     node = np.array([new[leaf]] * 2)
     exc = exclusive_matrix(len(parent), node, np.array([KERNEL] * 2), np.array([500, 700]), np.zeros(2, np.int64),
                            np.zeros(0, np.int64), np.zeros(0, np.int64))
-    acts = Activities(node, np.array([KERNEL] * 2), np.array([k, k]), np.zeros(2, np.int64), np.zeros(2, np.int64),
-                      np.array([0, 1000]), np.array([500, 700]), np.zeros(2, np.int64))
+    acts = Activities(node=node, kind=np.array([KERNEL] * 2), name=np.array([k, k]), device=np.zeros(2, np.int64),
+                      stream=np.zeros(2, np.int64), start=np.array([0, 1000]), duration=np.array([500, 700]),
+                      bytes=np.zeros(2, np.int64))
     return Profile(ft.frames, CCT(parent, frame, exc), acts, {"source": "record", "command": "python [x].py"},
                    {"user.py": "a = 1\nb = 2\nc = f()\n"}, path="markup.dlpt")
 
@@ -399,3 +404,21 @@ def test_snapshot_help(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(_app(), terminal_size=(100, 30), run_before=before)
+
+
+def test_snapshot_hot_path_80x24(snap_compare) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=before)
+
+
+def test_snapshot_metric_picker(snap_compare) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=before)

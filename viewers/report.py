@@ -10,7 +10,7 @@ import numpy as np
 
 from dlpt.frames import Frame
 from dlpt.hotspots import summary
-from dlpt.metrics import COL, metric_column
+from dlpt.metrics import COL, METRICS, metric_column, metric_unit
 from dlpt.profile import Profile
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.views import bottom_up, flat
@@ -42,7 +42,7 @@ def frame_text(profile: Profile, frame: Frame, full: bool = False, width: int = 
 
 
 def header(profile: Profile, metric: str) -> list[str]:
-    s = summary(profile, metric)
+    s = summary(profile, metric, unit="ns")
     cct = profile.cct
     tot = cct.exclusive.sum(axis=0)
     gpu = int(tot[COL["gpu_time"]])
@@ -61,7 +61,7 @@ def header(profile: Profile, metric: str) -> list[str]:
     total = int(tot[col])
     if total:
         def pct(v: float) -> str:
-            return f"{100.0 * v / (total / 1000.0 if metric.endswith('_time') else total):.1f}%"
+            return f"{100.0 * v / total:.1f}%"
 
         extra = [f"attributed to source lines {pct(s['attributed_to_source'])}"]
         if s["backward_time"]:
@@ -82,6 +82,42 @@ def _head(first: str = "incl", second: str = "self") -> str:
     return f"{'%':>7} {'':8} {first:>10} {second:>10}  name"
 
 
+@dataclass
+class Hidden:
+    """Rows a report left out, by the option that left them out, so the note names the right one."""
+
+    by_top: int = 0
+    by_min: int = 0
+
+    def note(self, opts: ReportOptions, unit: str = "node") -> str:
+        parts = []
+        if self.by_top:
+            parts.append(f"{self.by_top} beyond --top {opts.top}")
+        if self.by_min:
+            parts.append(f"{self.by_min} under --min-percent {opts.min_percent:g}")
+        if not parts:
+            return ""
+        show = " ".join((["--top 0"] if self.by_top else []) + (["--min-percent 0"] if self.by_min else []))
+        n = self.by_top + self.by_min
+        return f"({n} {unit}{'s' if n != 1 else ''} hidden: {', '.join(parts)}; {show} shows them)"
+
+
+def visible_children(cct, i: int, inc: np.ndarray, opts: ReportOptions, hidden: Hidden) -> list[int]:
+    """The children of node i that a tree report shows, biggest first: at least
+    --min-percent of the total and, at every level (the first included), the --top biggest."""
+    kids = cct.children(i)
+    kids = kids[np.argsort(-inc[kids], kind="stable")]
+    limit = int(inc[0]) * opts.min_percent / 100.0
+    keep = (inc[kids] >= limit) & (inc[kids] > 0)
+    # Nodes with none of the metric are not rows at all: only those above zero count as hidden.
+    hidden.by_min += int(((inc[kids] > 0) & ~keep).sum())
+    shown = kids[keep]
+    if opts.top:
+        hidden.by_top += max(len(shown) - opts.top, 0)
+        shown = shown[: opts.top]
+    return shown.tolist()
+
+
 def render_tree(profile: Profile, opts: ReportOptions, title: str) -> list[str]:
     cct = profile.cct
     col = metric_column(opts.metric)
@@ -91,35 +127,23 @@ def render_tree(profile: Profile, opts: ReportOptions, title: str) -> list[str]:
     lines = [title, _head()]
     if total <= 0:
         return lines + [f"(no {opts.metric} in this profile)"]
-    limit = total * opts.min_percent / 100.0
-    hidden = 0
-    stack: list[tuple[int, int]] = [(int(c), 0) for c in _sorted_children(cct, 0, inc)[::-1]]
+    hidden = Hidden()
+    stack: list[tuple[int, int]] = [(c, 0) for c in visible_children(cct, 0, inc, opts, hidden)[::-1]]
     while stack:
         i, d = stack.pop()
-        if inc[i] < limit or inc[i] <= 0:
-            hidden += 1
-            continue
         lines.append(_row(100.0 * inc[i] / total, fmt_metric(opts.metric, inc[i]),
                           fmt_metric(opts.metric, exc[i]) if exc[i] else "",
                           frame_text(profile, profile.frame_of(i), opts.full_names), d))
         if opts.depth is not None and d + 1 >= opts.depth:
             continue
-        kids = _sorted_children(cct, i, inc)
-        if opts.top is not None:
-            hidden += max(len(kids) - opts.top, 0)
-            kids = kids[: opts.top]
-        stack.extend((int(c), d + 1) for c in kids[::-1])
-    if hidden:
-        lines.append(f"({hidden} smaller nodes hidden; --min-percent 0 shows all)")
+        stack.extend((c, d + 1) for c in visible_children(cct, i, inc, opts, hidden)[::-1])
+    note = hidden.note(opts)
+    if note:
+        lines.append(note)
     return lines
 
 
-def _sorted_children(cct, i: int, inc: np.ndarray) -> np.ndarray:
-    kids = cct.children(i)
-    return kids[np.argsort(-inc[kids], kind="stable")]
-
-
-def flat_rows(profile: Profile, opts: ReportOptions) -> list[dict[str, Any]]:
+def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = None) -> list[dict[str, Any]]:
     fv = flat(profile, opts.by)
     col = metric_column(opts.metric)
     total = int(profile.cct.exclusive[:, col].sum())
@@ -132,22 +156,23 @@ def flat_rows(profile: Profile, opts: ReportOptions) -> list[dict[str, Any]]:
         rows.append({
             "name": fv.labels[g], "frame": fr, "file": fr.file, "line": fr.line, "function": fr.function,
             "self": int(fv.exclusive[g, col]), "total": int(fv.inclusive[g, col]),
-            "percent": 100.0 * fv.exclusive[g, col] / total if total else 0.0,
-            "metrics": {m: int(v) for m, v in zip(_metric_names(), fv.exclusive[g].tolist())},
+            "percent": round(100.0 * fv.exclusive[g, col] / total, 3) if total else 0.0,
+            "metrics": {m: int(v) for m, v in zip(METRICS, fv.exclusive[g].tolist())},
         })
+    hidden = hidden if hidden is not None else Hidden()
     if opts.min_percent:
+        n = len(rows)
         rows = [r for r in rows if r["percent"] >= opts.min_percent or r["total"] * 100.0 >= total * opts.min_percent]
-    return rows[: opts.top] if opts.top is not None else rows
-
-
-def _metric_names() -> tuple[str, ...]:
-    from dlpt.metrics import METRICS
-
-    return METRICS
+        hidden.by_min += n - len(rows)
+    if opts.top:
+        hidden.by_top += max(len(rows) - opts.top, 0)
+        rows = rows[: opts.top]
+    return rows
 
 
 def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
-    rows = flat_rows(profile, opts)
+    hidden = Hidden()
+    rows = flat_rows(profile, opts, hidden)
     lines = [f"flat view by {opts.by}, {opts.metric} (self = owned by the {opts.by}; total = everything beneath it)",
              _head("self", "total")]
     for r in rows:
@@ -160,8 +185,11 @@ def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
             name = r["name"]
         lines.append(_row(r["percent"], fmt_metric(opts.metric, r["self"]),
                           fmt_metric(opts.metric, r["total"]), safe_text(name)))
-    if not rows:
+    if not rows and not hidden.by_min:
         lines.append(f"(no {opts.metric} in this profile)")
+    note = hidden.note(opts, "row")
+    if note:
+        lines.append(note)
     return lines
 
 
@@ -179,20 +207,24 @@ def render(profile: Profile, opts: ReportOptions) -> str:
 
 
 def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:
-    """The same view as data: tree views as nested nodes, flat as rows."""
+    """The same view as data: tree views as nested nodes, flat as rows. Every value is an
+    integer in its metric's unit (`unit` for the chosen metric, `units` for all: ns, bytes,
+    count), summary included; only `percent` is a float."""
     col = metric_column(opts.metric)
     doc: dict[str, Any] = {"schema": "dlpt.report/1", "view": opts.view, "metric": opts.metric,
-                           "unit": "ns" if opts.metric.endswith("_time") else "count",
-                           "summary": summary(profile, opts.metric)}
+                           "unit": metric_unit(opts.metric), "units": {m: metric_unit(m) for m in METRICS},
+                           "summary": summary(profile, opts.metric, unit="ns")}
     if opts.view == "flat":
         doc["by"] = opts.by
-        doc["rows"] = [{k: v for k, v in r.items() if k != "frame"} for r in flat_rows(profile, opts)]
+        flat_hidden = Hidden()
+        doc["rows"] = [{k: v for k, v in r.items() if k != "frame"} for r in flat_rows(profile, opts, flat_hidden)]
+        doc["hidden"] = {"by_top": flat_hidden.by_top, "by_min_percent": flat_hidden.by_min}
         return doc
     prof = bottom_up(profile) if opts.view == "bottom-up" else profile
     cct = prof.cct
     inc = cct.inclusive[:, col]
     total = int(inc[0])
-    limit = total * opts.min_percent / 100.0
+    hidden = Hidden()
 
     def node(i: int, d: int) -> dict[str, Any]:
         fr = prof.frame_of(i)
@@ -200,12 +232,10 @@ def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:
                                "function": fr.function, "inclusive": int(inc[i]),
                                "exclusive": int(cct.exclusive[i, col])}
         if opts.depth is None or d + 1 < opts.depth:
-            kids = [int(c) for c in _sorted_children(cct, i, inc) if inc[c] >= limit and inc[c] > 0]
-            if opts.top is not None:
-                kids = kids[: opts.top]
-            out["children"] = [node(c, d + 1) for c in kids]
+            out["children"] = [node(c, d + 1) for c in visible_children(cct, i, inc, opts, hidden)]
         return out
 
     doc["total"] = total
-    doc["roots"] = [node(int(c), 0) for c in _sorted_children(cct, 0, inc) if inc[c] >= limit and inc[c] > 0]
+    doc["roots"] = [node(c, 0) for c in visible_children(cct, 0, inc, opts, hidden)] if total > 0 else []
+    doc["hidden"] = {"by_top": hidden.by_top, "by_min_percent": hidden.by_min}
     return doc

@@ -10,28 +10,27 @@ from collections.abc import Callable
 from typing import TextIO
 
 from dlpt.errors import DlptError
-from dlpt.metrics import METRICS
+from dlpt.metrics import METRICS, default_metric
+from dlpt.profile import Profile
+from dlpt.store import new_file_mode
 
 
-def add_metric(p: argparse.ArgumentParser, auto: bool = False) -> None:
-    default = ("gpu_time, or cpu_time for a profile without GPU activity" if auto else "gpu_time")
-    p.add_argument("--metric", "-m", default=None if auto else "gpu_time", choices=METRICS, metavar="M",
-                   help="what to rank and show: " + ", ".join(METRICS) + f" (default: {default}; "
-                   "cpu_time is the host ops' self time, the useful metric without a GPU)")
+def add_metric(p: argparse.ArgumentParser) -> None:
+    # No short form: `-m` is `python -m MODULE` in `dlpt record`, and must not mean two things.
+    p.add_argument("--metric", default=None, choices=METRICS, metavar="M",
+                   help="what to rank and show: " + ", ".join(METRICS) + " (default: gpu_time, or "
+                   "cpu_time for a profile without GPU activity: the host ops' self time)")
 
 
-def choose_metric(metric: str | None, profile) -> str:
-    """The metric asked for; by default gpu_time, unless the profile has none (a recording on a
-    machine without a GPU), where the host ops' cpu_time is the only thing worth ranking."""
+def choose_metric(metric: str | None, *profiles: Profile) -> str:
+    """The metric asked for, else the model's default (`default_metric`), said on stderr when
+    it is not gpu_time so that a user who expected GPU time knows why."""
     if metric:
         return metric
-    from dlpt.metrics import COL
-
-    exc = profile.cct.exclusive
-    if exc[:, COL["gpu_time"]].sum() == 0 and exc[:, COL["cpu_time"]].sum() > 0:
+    chosen = default_metric(*profiles)
+    if chosen == "cpu_time":
         print("dlpt: no GPU activity in this profile; showing host op time (--metric cpu_time)", file=sys.stderr)
-        return "cpu_time"
-    return "gpu_time"
+    return chosen
 
 
 def add_library(p: argparse.ArgumentParser) -> None:
@@ -85,6 +84,7 @@ def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
         raise DlptError(f"cannot write in {directory}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), new_file_mode())  # mkstemp's 0600 would make every output private
             write(f)
         os.replace(tmp, path)
     except OSError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, positive_int, write_output
+from dlpt.commands.common import add_library, add_metric, choose_metric, positive_int, write_output
 
 EPILOG = """\
 examples:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     a = open_profile(args.before)
     b = open_profile(args.after)
-    d = diff_profiles(a, b, by=args.by, metric=args.metric, include_library=args.include_library)
+    d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b), include_library=args.include_library)
     if args.format == "json":
         doc = diff_json(d, args.top)
         write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))

@@ -10,7 +10,7 @@ EPILOG = """\
 examples:
   dlpt export run.dlpt -o hot.json                 hotspots (the default format)
   dlpt export run.dlpt -f hotspots --top 50 --metric htod_time -o copies.json
-  dlpt export run.dlpt -f hotspots -o -            to stdout
+  dlpt export run.dlpt -f folded | flamegraph.pl > flame.svg     to standard output
 """
 
 
@@ -25,9 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("profile", metavar="PROFILE")
     p.add_argument("-f", "--format", default="hotspots", choices=names, metavar="FORMAT",
                    help="one of: " + ", ".join(names) + " (default: hotspots)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file, or - for stdout")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="output file (written whole or not at all); - or no -o: standard output")
     p.add_argument("--top", "-n", type=positive_int, default=20, help="hotspots to list (default: 20)")
-    add_metric(p, auto=True)
+    add_metric(p)
     add_library(p)
     p.set_defaults(func=run)
 

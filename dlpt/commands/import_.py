@@ -16,12 +16,16 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import", help="turn Kineto trace files into a .dlpt profile",
+    p = sub.add_parser("import", help="turn Kineto traces into a .dlpt profile",
                        description="Read torch.profiler (Kineto) traces — .json, .json.gz, or a "
-                       "directory of per-rank files — and save them as one .dlpt profile.",
+                       "directory of per-rank files — and save them as one .dlpt profile (several "
+                       "ranks: one tree, `rank N` at the top of each).",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="+", metavar="TRACE")
-    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="a Kineto trace (.json or .json.gz), a directory of them (one per rank, as "
+                   "tensorboard_trace_handler writes); several TRACEs are read as ranks of one run")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the .dlpt profile to write (written whole or not at all; see --force)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=run)
 

@@ -28,10 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--view", "-v", default="top-down", choices=VIEWS)
     p.add_argument("--by", "-b", default="line", choices=GROUPINGS,
                    help="grouping of the flat view (default: line)")
-    add_metric(p, auto=True)
+    add_metric(p)
     p.add_argument("--depth", "-d", type=positive_int, default=None, help="tree levels to show")
     p.add_argument("--top", "-n", type=positive_int, default=None,
-                   help="rows of the flat view; children per node in the trees")
+                   help="flat view: the N biggest rows (default: 20); trees: the N biggest nodes at every "
+                   "level, the first included (default: all); 0: all")
     p.add_argument("--min-percent", type=percent, default=None,
                    help="hide rows under this share of the total (default: 0.5 for trees, 0 for flat)")
     add_library(p)

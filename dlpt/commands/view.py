@@ -13,7 +13,8 @@ examples:
   dlpt view traces/ --metric htod_time --include-library
 
 keys: 1 top-down · 2 bottom-up · 3 flat (g: grouping) · enter expand · e hottest path ·
-      / search · s metric · l library frames · x export hotspots · ? help · q quit
+      b back · / search · m pick metric (s: next) · l library frames · x export hotspots ·
+      ? help · q quit
 """
 
 

@@ -8,14 +8,18 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, TextIO
 
 from dlpt.errors import DlptError
+from dlpt.metrics import default_metric
 from dlpt.profile import Profile
 
 
 @dataclass
 class ExportOptions:
-    metric: str = "gpu_time"
+    metric: str | None = None  # None: the profile's default (gpu_time, or cpu_time without a GPU)
     top: int = 20
     include_library: bool = False
+
+    def metric_for(self, profile: Profile) -> str:
+        return self.metric or default_metric(profile)
 
 
 class Exporter(Protocol):

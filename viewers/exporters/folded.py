@@ -53,7 +53,7 @@ class FoldedExporter:
     description = "folded stacks with integer values of --metric (ns for times): flamegraph.pl, inferno, speedscope"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        col = metric_column(options.metric)
+        col = metric_column(options.metric_for(profile))
         prof = prepare(profile, options.include_library)
         cct = prof.cct
         names = [folded_name(f) for f in prof.frames]

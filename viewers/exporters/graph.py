@@ -73,7 +73,7 @@ class DotExporter:
     description = "function-level call graph as Graphviz DOT, every metric on nodes and edges"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        write_dot(call_graph(profile, options.include_library), out, options.metric)
+        write_dot(call_graph(profile, options.include_library), out, options.metric_for(profile))
 
 
 @register
@@ -83,9 +83,10 @@ class GraphMLExporter:
     description = "function-level call graph as GraphML (networkx, Gephi, yEd), every metric on nodes and edges"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        metric_column(options.metric)
+        metric = options.metric_for(profile)
+        metric_column(metric)
         g = call_graph(profile, options.include_library)
-        g.graph["metric"] = options.metric
+        g.graph["metric"] = metric
         # networkx writes bytes; the exporter interface hands us a text stream.
         import networkx as nx  # imported here: every dlpt command would pay for it at start-up
 

@@ -17,7 +17,7 @@ class HotspotsExporter:
     description = "the costliest source lines as JSON (schema dlpt.hotspots/1), for CI and dashboards"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        doc = hotspots(profile, metric=options.metric, top=options.top,
+        doc = hotspots(profile, metric=options.metric_for(profile), top=options.top,
                        include_library=options.include_library)
         json.dump(doc, out, indent=1, ensure_ascii=False)
         out.write("\n")

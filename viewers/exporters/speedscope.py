@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import BYTE_METRICS, TIME_METRICS, metric_column
+from dlpt.metrics import BYTE_METRICS, TIME_METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.version import __version__
 from dlpt.viewers.exporters import ExportOptions, register
@@ -85,8 +85,9 @@ def _stream_timelines(prof: Profile, shared_index: list[int], name: str) -> list
     return out
 
 
-def speedscope_document(profile: Profile, metric: str = "gpu_time",
+def speedscope_document(profile: Profile, metric: str | None = None,
                         include_library: bool = False) -> dict[str, Any]:
+    metric = metric or default_metric(profile)
     col = metric_column(metric)
     prof = prepare(profile, include_library)
     cct = prof.cct
@@ -120,6 +121,6 @@ class SpeedscopeExporter:
     description = "speedscope JSON: --metric as a sampled profile (ns), plus the GPU timeline of each stream"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        doc = speedscope_document(profile, options.metric, options.include_library)
+        doc = speedscope_document(profile, options.metric_for(profile), options.include_library)
         json.dump(doc, out, ensure_ascii=False, separators=(",", ":"))
         out.write("\n")

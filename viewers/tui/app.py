@@ -7,7 +7,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,42 +20,18 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.commands.common import write_output
 from dlpt.errors import DlptError
-from dlpt.metrics import COL
+from dlpt.metrics import COL, METRICS, default_metric
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
-from dlpt.viewers.tui.detail import Detail, render_detail
+from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import (
-    METRIC_CYCLE,
-    ActivityIndex,
-    FlatSource,
-    Outline,
-    Source,
-    TreeSource,
-    bottom_up_source,
-    device_names,
-    filter_keys,
-    kind_totals,
-    line_totals,
-    program_name,
-)
+from dlpt.viewers.tui.model import METRIC_CYCLE, FlatSource, Outline, Source, TreeSource, bottom_up_source, filter_keys
+from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
+from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat, prepare
 
 VIEW_KEYS = {"1": "top-down", "2": "bottom-up", "3": "flat"}
-
-
-@dataclass
-class Variant:
-    """One preparation of the profile (library frames hidden or shown) and its views, built
-    on first use and kept, so switching back is instant."""
-
-    profile: Profile
-    top_down: TreeSource
-    bottom_up: TreeSource | None = None
-    flats: dict[str, FlatSource] = field(default_factory=dict)
-    by_line: FlatView | None = None
-    activities: ActivityIndex | None = None
 
 
 def export_path(profile_path: str) -> str:
@@ -69,6 +44,8 @@ class DlptApp(App[int]):
     """Explore a profile: top-down, bottom-up and flat views, source, kernels and copies."""
 
     TITLE = "dlpt"
+    # The palette's footer hint would take the room of dlpt's own keys at 80 columns.
+    ENABLE_COMMAND_PALETTE = False
     CSS = """
     #header { height: auto; padding: 0 1; background: $boost; }
     #detail { height: 40%; border-top: solid $secondary; padding: 0 1; }
@@ -77,31 +54,36 @@ class DlptApp(App[int]):
     #search.visible { display: block; }
     """
 
+    # The footer shows the keys a newcomer needs first and fits 80 columns; the header names
+    # the views with their keys (1 2 3), and `?` lists every key.
     BINDINGS = [
-        Binding("1", "view('top-down')", "top-down"),
-        Binding("2", "view('bottom-up')", "bottom-up"),
-        Binding("3", "view('flat')", "flat"),
-        Binding("g", "grouping", "group"),
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
         Binding("e", "hottest", "hot path"),
+        Binding("b,backspace", "back", "back"),
         Binding("slash", "search", "search"),
-        Binding("s", "metric", "metric"),
+        Binding("m", "pick_metric", "metric"),
+        Binding("g", "grouping", "group"),
         Binding("l", "library", "library"),
         Binding("x", "export", "export"),
+        Binding("1", "view('top-down')", "top-down", show=False),
+        Binding("2", "view('bottom-up')", "bottom-up", show=False),
+        Binding("3", "view('flat')", "flat", show=False),
+        Binding("s", "metric", "next metric", show=False),
         Binding("d", "toggle_detail", "detail", show=False),
         Binding("escape", "clear_search", "clear", show=False),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit", "quit"),
     ]
 
     def __init__(self, path: str | None = None, profile: Profile | None = None, *,
-                 include_library: bool = False, metric: str = "gpu_time") -> None:
+                 include_library: bool = False, metric: str | None = None) -> None:
         super().__init__()
         if path is None and profile is None:
             raise ValueError("DlptApp needs a path or a profile")
         self.path = path
         self.base = profile
         self.include_library = include_library
-        self.metric = metric
+        # None until the profile is read: then the model's default (`default_metric`).
+        self.metric: str = metric or (default_metric(profile) if profile is not None else "")
         self.view = "top-down"
         self.by = "line"
         self.search_text = ""
@@ -113,6 +95,9 @@ class DlptApp(App[int]):
         self.busy = ""
         self.last_export: str | None = None
         self._detail_timer: Timer | None = None
+        # Where `b` goes back to: (view, grouping, row key, expanded rows or None) before each
+        # jump (a view or grouping switch, the hot path), newest last.
+        self.history: list[tuple[str, str, int | None, frozenset[int] | None]] = []
         self.started = time.perf_counter()
 
     # -- layout -----------------------------------------------------------------------------
@@ -123,7 +108,7 @@ class DlptApp(App[int]):
         with VerticalScroll(id="detail"):
             yield Static(Text(""), id="detail-body")
         yield Input(placeholder="search names (enter applies, empty clears, escape cancels)", id="search")
-        yield Footer()
+        yield Footer(compact=True)
 
     @property
     def table(self) -> TreeTable:
@@ -191,6 +176,8 @@ class DlptApp(App[int]):
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
             self.base = open_profile(self.path, progress=progress)
+        if not self.metric:
+            self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
 
     def _loaded(self, v: Variant) -> None:
@@ -294,20 +281,24 @@ class DlptApp(App[int]):
         t.append(program_name(prof), style="bold")
         t.append(f" ({kind}) · {device_names(prof)}\n")
         tot = kind_totals(prof)
-        t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
-        parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                 ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
-        t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts
-                                   if tot[m] or m in ("kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time")))
+        if tot["gpu_time"]:
+            t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
+            parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
+                     ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
+            t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts if tot[m]))
+        else:
+            t.append("no GPU activity in this profile", style="bold")
+        if tot["cpu_time"]:
+            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
-        view = f"flat by {self.by}" if self.view == "flat" else self.view
-        t.append(f"[{view}]", style="reverse")
-        t.append(f" metric {self.metric} · library frames {'shown' if self.include_library else 'hidden'}")
+        # The views as tabs with their keys, the current one highlighted.
+        for key, view in VIEW_KEYS.items():
+            name = f"flat by {self.by}" if view == "flat" else view
+            t.append(f" {key} {name} ", style="reverse bold" if view == self.view else "dim")
+        t.append(f"  metric {self.metric} · library {'shown' if self.include_library else 'hidden'}")
         if self.search_text:
             t.append(" · filter ")
             t.append(safe_text(repr(self.search_text)), style="bold")
-        if tot["cpu_time"]:
-            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         if self.busy:
             t.append(f" · {self.busy}…", style="italic")
         header.update(t)
@@ -328,7 +319,7 @@ class DlptApp(App[int]):
             body.update(Text(""))
             self.detail = None
             return
-        self.detail = d = self.build_detail(v, o.source, key)
+        self.detail = d = build_detail(v, o.source, key, self.view, self.metric)
         if d.frame.has_source and d.source is not None and v.by_line is None:
             prof = v.profile
 
@@ -347,80 +338,81 @@ class DlptApp(App[int]):
         fv = job()
         self.call_from_thread(done, fv)
 
-    def build_detail(self, v: Variant, src: Source, key: int) -> Detail:
-        col = COL[self.metric]
-        k1 = np.array([key])
-        frame = src.frame(key)
-        kinds = {"kernels": "kernel_time", "HtoD": "htod_time", "DtoH": "dtoh_time", "DtoD": "dtod_time",
-                 "memset": "memset_time"}
-        breakdown = {n: int(src.kind_values(k1, COL[m])[0]) for n, m in kinds.items()}
-        note = ""
-        activities = None
-        if isinstance(src, TreeSource) and src.name == "top-down":
-            path = [src.label(int(i)) for i in src.cct.path(key)]
-            if v.activities is None:
-                v.activities = ActivityIndex(v.profile)
-            activities = v.activities.beneath(key, int(src.cct.end[key]))
-        elif isinstance(src, TreeSource):
-            path = [src.label(int(i)) for i in src.cct.path(key)]
-            note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"
-        else:
-            assert isinstance(src, FlatSource)
-            node = int(src.view.node[key])
-            path = [v.top_down.label(int(i)) for i in v.profile.cct.path(node)] if node > 0 else []
-            note = "call path: the group's costliest occurrence"
-            if v.activities is None:
-                v.activities = ActivityIndex(v.profile)
-            activities = v.activities.of_nodes(src.view.owner == key)
-        lines = None
-        text = None
-        if frame.has_source:
-            text = v.profile.sources.get(frame.file)
-            if text is not None and v.by_line is not None:
-                lines = line_totals(v.by_line, frame.file)
-        return Detail(frame=frame, view=self.view, metric=self.metric,
-                      primary=(src.primary_name, int(src.primary(k1, col)[0])),
-                      secondary=(src.secondary_name, int(src.secondary(k1, col)[0])),
-                      total=src.total(col), breakdown=breakdown, path=path, source=text, lines=lines,
-                      activities=activities, note=note)
-
     # -- actions ----------------------------------------------------------------------------
 
     def _idle(self) -> bool:
         return self.variant is not None and not self.busy
 
+    def _mark(self, with_expansion: bool = False) -> None:
+        """Remember where the user is, for `b`."""
+        o = self.outline
+        exp = frozenset(o.expanded) if with_expansion and o is not None else None
+        self.history.append((self.view, self.by, self.table.current_key, exp))
+        del self.history[:-100]
+
+    def action_back(self) -> None:
+        """Go back to the view, row and expansion before the last jump (a browser's back)."""
+        if not self._idle() or not self.history:
+            self.bell()
+            return
+        view, by, key, exp = self.history.pop()
+        self.view, self.by = view, by
+        o = self.outline
+        if o is not None and exp is not None:
+            o.expanded = set(exp)
+            o.rebuild()
+        self._show(key)
+
     def action_view(self, view: str) -> None:
         if not self._idle() or view == self.view:
             return
+        self._mark()
         self.view = view
         self._show()
 
     def action_grouping(self) -> None:
         if not self._idle():
             return
+        self._mark()
         if self.view != "flat":
             self.view = "flat"
         else:
             self.by = GROUPINGS[(GROUPINGS.index(self.by) + 1) % len(GROUPINGS)]
         self._show()
 
+    def metric_totals(self) -> dict[str, int]:
+        tot = self.base.cct.exclusive.sum(axis=0) if self.base is not None else None
+        return {m: int(tot[COL[m]]) if tot is not None else 0 for m in METRICS}
+
+    def set_metric(self, metric: str | None) -> None:
+        if metric and metric != self.metric and self._idle():
+            self.metric = metric
+            self._show(self.table.current_key)
+
     def action_metric(self) -> None:
+        """`s`: the next metric that this profile has, in the usual order."""
         if not self._idle():
             return
-        i = METRIC_CYCLE.index(self.metric) if self.metric in METRIC_CYCLE else -1
-        self.metric = METRIC_CYCLE[(i + 1) % len(METRIC_CYCLE)]
-        self._show(self.table.current_key)
+        cycle = [m for m in METRIC_CYCLE if m in offered_metrics(self.metric_totals(), self.metric)]
+        i = cycle.index(self.metric) if self.metric in cycle else -1
+        self.set_metric(cycle[(i + 1) % len(cycle)])
+
+    def action_pick_metric(self) -> None:
+        if self._idle():
+            self.push_screen(MetricPicker(self.metric_totals(), self.metric), self.set_metric)
 
     def action_library(self) -> None:
         if not self._idle():
             return
         self.include_library = not self.include_library
+        self.history.clear()  # rows of the other preparation are other nodes
         self._show()
 
     def action_hottest(self) -> None:
         o = self.outline
         if o is None or self.busy or not len(o):
             return
+        self._mark(with_expansion=True)
         r = o.expand_hottest(self.table.cursor)
         self.table.structure_changed()
         self.table.move_to(r)
@@ -485,7 +477,7 @@ class DlptApp(App[int]):
         return [] if o is None else [o.source.label(int(k)) for k in o.keys]
 
 
-def run_app(path: str, include_library: bool = False, metric: str = "gpu_time") -> int:
+def run_app(path: str, include_library: bool = False, metric: str | None = None) -> int:
     """Run the TUI on `path`; raise DlptError when the profile cannot be opened."""
     if not os.path.exists(path):
         raise DlptError(f"{path}: no such file or directory")

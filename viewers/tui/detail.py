@@ -13,8 +13,9 @@ from rich.text import Text
 
 from dlpt.frames import Frame
 from dlpt.metrics import COL
-from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text
-from dlpt.viewers.tui.model import ActivityRow
+from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
+from dlpt.viewers.tui.model import FlatSource, Source, TreeSource
+from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, Variant, line_totals
 
 BEFORE, AFTER = 2, 3  # source lines shown around the selected one: the pane is short at 80x24
 HOT = 0.05  # lines holding this share of the metric or more are highlighted
@@ -38,6 +39,45 @@ class Detail:
     note: str = ""
 
 
+def build_detail(v: Variant, src: Source, key: int, view: str, metric: str) -> Detail:
+    """What the pane shows for row `key` of `src` (a view of the variant `v`)."""
+    col = COL[metric]
+    k1 = np.array([key])
+    frame = src.frame(key)
+    kinds = {"kernels": "kernel_time", "HtoD": "htod_time", "DtoH": "dtoh_time", "DtoD": "dtod_time",
+             "memset": "memset_time"}
+    breakdown = {n: int(src.kind_values(k1, COL[m])[0]) for n, m in kinds.items()}
+    note = ""
+    activities = None
+    if isinstance(src, TreeSource) and src.name == "top-down":
+        path = [src.label(int(i)) for i in src.cct.path(key)]
+        if v.activities is None:
+            v.activities = ActivityIndex(v.profile)
+        activities = v.activities.beneath(key, int(src.cct.end[key]))
+    elif isinstance(src, TreeSource):
+        path = [src.label(int(i)) for i in src.cct.path(key)]
+        note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"
+    else:
+        assert isinstance(src, FlatSource)
+        node = int(src.view.node[key])
+        path = [v.top_down.label(int(i)) for i in v.profile.cct.path(node)] if node > 0 else []
+        note = "call path: the group's costliest occurrence"
+        if v.activities is None:
+            v.activities = ActivityIndex(v.profile)
+        activities = v.activities.of_nodes(src.view.owner == key)
+    lines = None
+    text = None
+    if frame.has_source:
+        text = v.profile.sources.get(frame.file)
+        if text is not None and v.by_line is not None:
+            lines = line_totals(v.by_line, frame.file)
+    return Detail(frame=frame, view=view, metric=metric,
+                  primary=(src.primary_name, int(src.primary(k1, col)[0])),
+                  secondary=(src.secondary_name, int(src.secondary(k1, col)[0])),
+                  total=src.total(col), breakdown=breakdown, path=path, source=text, lines=lines,
+                  activities=activities, note=note)
+
+
 def _pct(v: int, total: int) -> str:
     return f"{100.0 * v / total:5.1f}%" if total > 0 else "     "
 
@@ -46,7 +86,10 @@ def render_detail(d: Detail) -> RenderableType:
     parts: list[RenderableType] = []
     fr = d.frame
     title = Text()
-    title.append(safe_text(fr.label() if fr.has_source else fr.name) or "(root)", style="bold")
+    # A kernel's full C++ name can fill the pane: the title has the short one, the end of the
+    # pane the whole of it.
+    name = short_kernel_name(fr.name, 70) if fr.kind == "kernel" else (fr.label() if fr.has_source else fr.name)
+    title.append(safe_text(name) or "(root)", style="bold")
     title.append(f"  [{fr.kind}]", style="dim")
     parts.append(title)
     m = d.metric
@@ -73,6 +116,10 @@ def render_detail(d: Detail) -> RenderableType:
     if d.activities is not None:
         parts.append(Text(""))
         parts.append(_activities(d.activities))
+    if fr.kind == "kernel" and short_kernel_name(fr.name, 70) != fr.name:
+        parts.append(Text(""))
+        parts.append(Text("full name", style="bold underline"))
+        parts.append(Text(safe_text(fr.name)))
     return Group(*parts)
 
 
@@ -116,12 +163,13 @@ def _activities(rows: list[ActivityRow]) -> RenderableType:
         return Text("no kernels or copies beneath this row", style="dim")
     t = Table(title=None, show_edge=False, pad_edge=False, box=None, expand=True)
     t.add_column(Text("kind"), no_wrap=True)
-    t.add_column(Text("kernels and copies beneath"), ratio=1, overflow="fold")
+    t.add_column(Text("kernels and copies beneath"), ratio=1, no_wrap=True, overflow="ellipsis")
     t.add_column(Text("count"), justify="right", no_wrap=True)
     t.add_column(Text("time"), justify="right", no_wrap=True)
     t.add_column(Text("bytes"), justify="right", no_wrap=True)
     t.add_column(Text("bandwidth"), justify="right", no_wrap=True)
     for a in rows:
-        t.add_row(Text(a.kind), Text(safe_text(a.name)), Text(f"{a.count:,}"), Text(fmt_time(a.time)),
+        name = short_kernel_name(a.name, 200) if a.kind == "kernel" else a.name
+        t.add_row(Text(a.kind), Text(safe_text(name)), Text(f"{a.count:,}"), Text(fmt_time(a.time)),
                   Text(fmt_bytes(a.bytes) if a.bytes else ""), Text(fmt_bandwidth(a.bytes, a.time)))
     return t

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,10 +17,13 @@ KEYS = (
     ("↑ ↓ PgUp PgDn Home End", "move"),
     ("enter, space", "expand or collapse the row"),
     ("→ / ←", "expand / collapse (← on a closed row goes to its parent)"),
-    ("e", "expand the hottest path beneath the row"),
+    ("e", "open the hottest path beneath the row: it follows the costliest child while that child "
+          "costs more than the row's own (self) time, and stops on the row that does the work itself"),
+    ("b, backspace", "go back to the view, row and expansion before the last e, 1/2/3 or g"),
     ("/", "search: keep rows whose name contains the text, and their ancestors (empty clears)"),
     ("escape", "clear the search"),
-    ("s", "cycle the metric: gpu, kernel, HtoD, DtoH, DtoD, memset, cpu time; kernel, copy counts"),
+    ("m", "pick the metric from a list (with each one's total)"),
+    ("s", "next metric this profile has: gpu, kernel, HtoD, DtoH, DtoD, memset, cpu time; counts"),
     ("l", "show or hide library frames (torch, standard library, dlpt)"),
     ("d", "show or hide the detail pane"),
     ("x", "export hotspots JSON next to the profile (<profile>.hotspots.json)"),
@@ -28,7 +33,8 @@ KEYS = (
 
 ABOUT = ("The tree's % is the row's inclusive share of the metric; 'self' is what the row does "
          "itself. In the flat view, 'self' is what the group owns (rows sum to the total) and "
-         "'total' everything beneath it. Mouse: click selects, double click or a click on ▸ opens.")
+         "'total' everything beneath it. A source row shows its line of code (▸) where the column has "
+         "room. Mouse: click selects, double click or a click on ▸ opens.")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -40,16 +46,16 @@ class HelpScreen(ModalScreen[None]):
     """
 
     def compose(self) -> ComposeResult:
-        t = Text()
-        t.append("dlpt view — keys\n\n", style="bold")
-        w = max(len(k) for k, _ in KEYS)
+        # A grid, so that a long description wraps under itself, not under the keys.
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column(ratio=1)
         for k, what in KEYS:
-            t.append(k.ljust(w + 2), style="bold")
-            t.append(what + "\n")
-        t.append("\n" + ABOUT + "\n", style="dim")
-        t.append("\nescape, q or ? closes this screen", style="italic")
+            keys.add_row(Text(k), Text(what))
+        body = Group(Text("dlpt view — keys\n", style="bold"), keys, Text("\n" + ABOUT + "\n", style="dim"),
+                     Text("escape, q or ? closes this screen", style="italic"))
         with VerticalScroll():
-            yield Static(t, id="help-text")
+            yield Static(body, id="help-text")
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

@@ -9,13 +9,13 @@ that is actually shown and reads inclusive values of the rows it needs from it.
 
 from __future__ import annotations
 
-import re
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
+from rich.cells import cell_len, set_cell_size
 
 from dlpt.frames import Frame
-from dlpt.metrics import COL, DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
 from dlpt.views import FlatView, bottom_up, flat
@@ -30,8 +30,6 @@ KIND_COLUMNS = (("kernel", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh
                 ("DtoD", "dtod_time"), ("memset", "memset_time"), ("#kern", "kernel_count"),
                 ("#copy", "copy_count"))
 
-ACTIVITY_KIND_LABEL = {KERNEL: "kernel", HTOD: "HtoD", DTOH: "DtoH", DTOD: "DtoD",
-                       MEMCPY_OTHER: "memcpy", MEMSET: "memset"}
 
 
 def frame_label(frame: Frame) -> str:
@@ -39,6 +37,27 @@ def frame_label(frame: Frame) -> str:
     if frame.kind == "kernel":
         return safe_text(short_kernel_name(frame.name, 200))
     return safe_text(frame.label())
+
+
+def fit_label(frame: Frame, label: str, width: int) -> str:
+    """`label` in at most `width` cells. A source row keeps `file:line` whole, because that is
+    what the user looks for: its directory goes first, then the end of the function name; only
+    a file name longer than the column is cut, from the left. Other names are cut at the end."""
+    if cell_len(label) <= width:
+        return label
+    if width <= 1:
+        return "…"[:width]
+    if frame.has_source and label == frame_label(frame):
+        where = safe_text(f"{os.path.basename(frame.file)}:{frame.line}")
+        short = f"{where} {safe_text(frame.function)}"
+        if cell_len(short) <= width:
+            return short
+        if cell_len(where) + 2 <= width:
+            return set_cell_size(short, width - 1) + "…"
+        if cell_len(where) <= width:
+            return where
+        return "…" + where[-(width - 1):]
+    return set_cell_size(label, width - 1) + "…"
 
 
 class Source:
@@ -52,6 +71,22 @@ class Source:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self._labels: dict[int, str] = {}
+        self._code: dict[tuple[str, int], str] = {}
+        self._lines: dict[str, list[str]] = {}
+
+    def code(self, key: int) -> str:
+        """The source line of a row whose frame is a line of code ('' otherwise or unknown)."""
+        fr = self.frame(key)
+        if not fr.has_source:
+            return ""
+        k = (fr.file, fr.line)
+        s = self._code.get(k)
+        if s is None:
+            lines = self._lines.get(fr.file)
+            if lines is None:
+                lines = self._lines[fr.file] = (self.profile.sources.get(fr.file) or "").splitlines()
+            s = self._code[k] = safe_text(lines[fr.line - 1].strip()) if fr.line <= len(lines) else ""
+        return s
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -365,100 +400,21 @@ class Outline:
         return self.row_of(key)
 
     def expand_hottest(self, r: int) -> int:
-        """Open the hottest path beneath row r; the row of its deepest node."""
+        """Open the hottest path beneath row r; the row where it ends.
+
+        The path follows the hottest child while that child costs more than the row's own
+        (self) time, and stops on the row that does most of its work itself: a line with 80 ms
+        of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`."""
         if r < 0 or r >= len(self.keys):
             return r
+        src = self.source
         while self.expandable(int(self.keys[r])):
+            key = np.array([int(self.keys[r])])
+            kids = self.sorted_children(int(key[0]))  # sorted, so the first is the hottest
+            if not len(kids) or src.primary(kids[:1], self.col)[0] <= src.secondary(key, self.col)[0]:
+                break
             self.expand(r)
             if r + 1 >= len(self.keys) or self.depth[r + 1] <= self.depth[r]:
                 break
-            r += 1  # children are sorted, so the first is the hottest
+            r += 1
         return r
-
-
-# -- the detail pane's data ------------------------------------------------------------------
-
-@dataclass
-class ActivityRow:
-    kind: str
-    name: str
-    count: int
-    time: int
-    bytes: int
-
-
-class ActivityIndex:
-    """GPU activities sorted by node, so those beneath a top-down subtree are one slice."""
-
-    def __init__(self, profile: Profile) -> None:
-        a = profile.activities
-        self.order = np.argsort(a.node, kind="stable")
-        self.node = a.node[self.order]
-        self.profile = profile
-
-    def _summarise(self, sel: np.ndarray, top: int) -> list[ActivityRow]:
-        a = self.profile.activities
-        if len(sel) == 0:
-            return []
-        names = a.name[sel]
-        kinds = a.kind[sel]
-        key = names * 8 + kinds
-        uniq, inv = np.unique(key, return_inverse=True)
-        t = np.bincount(inv, weights=a.duration[sel]).astype(np.int64)
-        c = np.bincount(inv)
-        b = np.bincount(inv, weights=a.bytes[sel]).astype(np.int64)
-        out = []
-        for g in np.argsort(-t, kind="stable")[:top].tolist():
-            k = int(uniq[g])
-            out.append(ActivityRow(ACTIVITY_KIND_LABEL.get(k % 8, "?"), self.profile.frames[k // 8].name,
-                                   int(c[g]), int(t[g]), int(b[g])))
-        return out
-
-    def beneath(self, lo: int, hi: int, top: int = 10) -> list[ActivityRow]:
-        """The activities of nodes lo..hi-1 grouped by (name, kind), costliest first."""
-        a, b = np.searchsorted(self.node, [lo, hi])
-        return self._summarise(self.order[a:b], top)
-
-    def of_nodes(self, mask: np.ndarray, top: int = 10) -> list[ActivityRow]:
-        """The activities whose node is set in `mask` (a boolean over CCT nodes)."""
-        nodes = self.profile.activities.node
-        return self._summarise(np.flatnonzero(mask[nodes]) if len(nodes) else nodes, top)
-
-
-def line_totals(fv: FlatView, file: str) -> dict[int, np.ndarray]:
-    """Per line of `file`: the row of metrics the flat-by-line view gives it (owned time)."""
-    out: dict[int, np.ndarray] = {}
-    for g, fr in enumerate(fv.frame[:-1]):
-        if fr.file == file:
-            out[fr.line] = fv.exclusive[g]
-    return out
-
-
-_WS = re.compile(r"\s+")
-
-
-def program_name(profile: Profile) -> str:
-    """The program or trace the profile is of, one line."""
-    cmd = str(profile.meta.get("command") or "")
-    if cmd:
-        return safe_text(_WS.sub(" ", cmd))
-    # The file's name is what identifies a trace; its directory only widens the header.
-    path = (profile.path or "").rstrip("/\\")
-    return safe_text(path.replace("\\", "/").rsplit("/", 1)[-1] or "(unnamed profile)")
-
-
-def device_names(profile: Profile) -> str:
-    devs = profile.meta.get("devices") or []
-    names = [str(d.get("name", "?")) for d in devs if isinstance(d, dict)]
-    if not names:
-        return "device unknown"
-    uniq = sorted(set(names))
-    return safe_text(", ".join(f"{len([n for n in names if n == u])}× {u}" if names.count(u) > 1 else u
-                               for u in uniq))
-
-
-def kind_totals(profile: Profile) -> dict[str, int]:
-    tot = profile.cct.exclusive.sum(axis=0)
-    return {m: int(tot[COL[m]]) for m in ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time",
-                                          "memcpy_other_time", "memset_time", "cpu_time", "kernel_count",
-                                          "copy_count")}

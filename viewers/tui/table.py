@@ -20,9 +20,11 @@ from textual.strip import Strip
 
 from dlpt.metrics import COL
 from dlpt.viewers.format import bar, fmt_metric
-from dlpt.viewers.tui.model import KIND_COLUMNS, Outline
+from dlpt.viewers.tui.model import KIND_COLUMNS, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
+CODE_MARK = "  ▸ "
+CODE_MIN = 12  # a line's code is shown beside its name when at least this much of it fits
 VALUE_W = 9
 
 _KIND_STYLE = {
@@ -42,12 +44,13 @@ class TreeTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "page down", show=False),
         Binding("home", "jump(0)", "top", show=False),
         Binding("end", "jump(-1)", "bottom", show=False),
-        Binding("enter,space", "toggle", "expand", show=True),
+        Binding("enter,space", "toggle", "expand", show=False),
         Binding("right", "open", "open", show=False),
         Binding("left", "close", "close", show=False),
     ]
 
-    COMPONENT_CLASSES = {"tree-table--cursor", "tree-table--header", "tree-table--source", "tree-table--library"}
+    COMPONENT_CLASSES = {"tree-table--cursor", "tree-table--header", "tree-table--source", "tree-table--library",
+                         "tree-table--code"}
 
     DEFAULT_CSS = """
     TreeTable { height: 1fr; }
@@ -56,6 +59,7 @@ class TreeTable(ScrollView, can_focus=True):
     TreeTable > .tree-table--header { text-style: bold underline; }
     TreeTable > .tree-table--source { text-style: bold; }
     TreeTable > .tree-table--library { text-style: dim; }
+    TreeTable > .tree-table--code { text-style: dim; }
     """
 
     class Highlighted(Message):
@@ -98,7 +102,10 @@ class TreeTable(ScrollView, can_focus=True):
 
     def _update_size(self) -> None:
         n = len(self.outline) if self.outline is not None else 0
-        self.virtual_size = Size(self.size.width, n + 1)  # +1: the column header line
+        # Width 0: rows are cut to the width on screen, never scrolled sideways. A virtual width
+        # of the whole widget would add a horizontal scrollbar (the vertical one takes columns),
+        # which takes the bottom line and hides the row the cursor moved to.
+        self.virtual_size = Size(0, n + 1)  # +1: the column header line
 
     def _post(self) -> None:
         k = self.current_key
@@ -189,10 +196,17 @@ class TreeTable(ScrollView, can_focus=True):
         head = indent + mark
         if cell_len(head) > name_w - 8:
             head = "…" + head[-(name_w - 9):] if name_w > 9 else ""
-        name = set_cell_size(label, name_w - cell_len(head))
-        if cell_len(label) > name_w - cell_len(head) and name_w - cell_len(head) > 1:
-            name = set_cell_size(label, name_w - cell_len(head) - 1) + "…"
+        room = name_w - cell_len(head)
+        name = fit_label(frame, label, room)
         segs = [Segment(head, row_style), Segment(name, row_style + name_style)]
+        # The line's code beside its name, as `dlpt report` prints it, where the column has room.
+        spare = room - cell_len(name) - len(CODE_MARK)
+        code = src.code(key) if spare >= CODE_MIN and frame.kind == "python" else ""
+        if code:
+            text = code if cell_len(code) <= spare else set_cell_size(code, spare - 1) + "…"
+            segs.append(Segment(CODE_MARK + text, row_style + self.get_component_rich_style("tree-table--code")))
+            spare -= cell_len(text)
+        segs.append(Segment(" " * max(spare + (len(CODE_MARK) if not code else 0), 0), row_style))
         prim = int(src.primary(k1, col)[0])
         for _, role, w in cols:
             if role == "%":
@@ -214,18 +228,24 @@ class TreeTable(ScrollView, can_focus=True):
 
     # -- cursor and keys --------------------------------------------------------------------
 
+    def visible_rows(self) -> int:
+        """Rows on screen below the column header line."""
+        return max(self.scrollable_content_region.height - 1, 1)
+
     def _page(self) -> int:
-        return max(self.size.height - 2, 1)
+        return max(self.visible_rows() - 1, 1)
 
     def _scroll_to_cursor(self, center: bool = False) -> None:
-        h = max(self.size.height - 1, 1)
+        # force=True: right after rows were added (`e`, enter) textual has not yet decided that
+        # the table needs a scrollbar, and would refuse to scroll until the next layout.
+        h = self.visible_rows()
         top = int(self.scroll_offset.y)
         if center and not (top <= self.cursor < top + h):
-            self.scroll_to(y=max(self.cursor - h // 2, 0), animate=False, immediate=True)
+            self.scroll_to(y=max(self.cursor - h // 2, 0), animate=False, immediate=True, force=True)
         elif self.cursor < top:
-            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor, animate=False, immediate=True, force=True)
         elif self.cursor >= top + h:
-            self.scroll_to(y=self.cursor - h + 1, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor - h + 1, animate=False, immediate=True, force=True)
 
     def move_to(self, r: int) -> None:
         o = self.outline
@@ -237,7 +257,7 @@ class TreeTable(ScrollView, can_focus=True):
         top = int(self.scroll_offset.y)
         # Repaint only the two rows that changed.
         for row in (old, r):
-            if 0 <= row - top < self.size.height:
+            if 0 <= row - top < self.visible_rows():
                 self.refresh_line(row + 1)  # virtual line: +1 for the column header
         if old != r:
             self._post()

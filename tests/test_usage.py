@@ -1,0 +1,218 @@
+"""What a new user meets first, end to end through the command line: the default metric of a
+profile without a GPU, what `--top` and `--min-percent` leave out and say they left out, the
+units of the JSON report, paths in every grouping, file modes, and the options' names."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from conftest import DATA, trace_path
+
+import dlpt
+from dlpt.metrics import COL
+
+CPU = str(DATA / "cpu_train_small.dlpt")  # `dlpt record examples/transformer_train.py`, CPU torch
+GPU = str(DATA / "gpu_train_small.dlpt")
+
+
+def dlpt_cli(*args: str, umask: int | None = None, cwd=None) -> subprocess.CompletedProcess:
+    def pre() -> None:
+        if umask is not None:
+            os.umask(umask)
+
+    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120,
+                          preexec_fn=pre, cwd=cwd)
+
+
+def no_traceback(r: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+# ---- one default metric ---------------------------------------------------------------------
+
+def test_cpu_profile_has_host_time_and_no_gpu_time() -> None:
+    prof = dlpt.load(CPU)
+    tot = prof.cct.exclusive.sum(axis=0)
+    assert tot[COL["gpu_time"]] == 0 and tot[COL["cpu_time"]] > 0
+
+
+def test_every_command_ranks_a_cpu_profile_by_cpu_time(tmp_path) -> None:
+    r = dlpt_cli("report", CPU, "--view", "flat", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["metric"] == "cpu_time"
+    assert "showing host op time" in r.stderr
+    r = dlpt_cli("export", CPU)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["metric"] == "cpu_time" and doc["hotspots"][0]["percent"] > 0
+    r = dlpt_cli("diff", CPU, CPU, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["metric"] == "cpu_time"
+    # A GPU profile keeps gpu_time, and says nothing about it.
+    r = dlpt_cli("report", GPU, "--format", "json")
+    assert json.loads(r.stdout)["metric"] == "gpu_time" and r.stderr == ""
+
+
+def test_diff_of_two_cpu_runs_sees_the_change(tmp_path) -> None:
+    # The run against a copy with its costliest line's host time doubled: the diff shows that line.
+    from dataclasses import replace
+
+    from dlpt.cct import CCT
+    from dlpt.store import save
+    from dlpt.views import flat
+
+    prof = dlpt.load(CPU)
+    fv = flat(prof, "line")
+    g = int(fv.exclusive[:, COL["cpu_time"]].argmax())
+    owned = fv.owner == g  # the line's nodes and the ops beneath it that hold its time
+    assert prof.cct.exclusive[owned, COL["cpu_time"]].sum() > 0
+    exc = prof.cct.exclusive.copy()
+    exc[owned, COL["cpu_time"]] *= 2
+    b = tmp_path / "b.dlpt"
+    save(replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc)), str(b))
+    r = dlpt_cli("diff", CPU, str(b), "--format", "json", "--include-library")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["metric"] == "cpu_time" and doc["delta"] > 0
+    assert doc["rows"][0]["label"] == fv.labels[g] and doc["rows"][0]["delta"] == doc["delta"]
+
+
+def test_graphframe_default_metric_follows_the_profile() -> None:
+    pytest.importorskip("hatchet")
+    gf = dlpt.load(CPU).to_graphframe()
+    assert gf.default_metric == "cpu_time (inc)"
+    assert gf.dataframe[gf.default_metric].max() > 0
+    assert dlpt.load(GPU).to_graphframe().default_metric == "gpu_time (inc)"
+
+
+# ---- report: --top, --min-percent and what the note says ------------------------------------
+
+def _lines(*args: str) -> list[str]:
+    r = dlpt_cli("report", *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_top_limits_every_level_of_the_bottom_up_view() -> None:
+    trace = str(trace_path("gpt_train"))
+    doc = json.loads(dlpt_cli("report", trace, "--view", "bottom-up", "--top", "3", "--format", "json").stdout)
+
+    def widths(nodes: list[dict]) -> list[int]:
+        return [len(nodes)] + [w for n in nodes for w in widths(n.get("children", []))]
+
+    assert max(widths(doc["roots"])) == 3
+    full = json.loads(dlpt_cli("report", trace, "--view", "bottom-up", "--top", "0", "--format", "json").stdout)
+    assert len(full["roots"]) > 3 and full["hidden"]["by_top"] == 0
+    top3 = _lines(trace, "--view", "bottom-up", "--top", "3")
+    every = _lines(trace, "--view", "bottom-up")
+    assert len(top3) < len(every) / 2
+
+
+def test_hidden_note_names_top_when_top_hid_the_rows() -> None:
+    trace = str(trace_path("gpt_train"))
+    out = _lines(trace, "--view", "flat", "--top", "3", "--min-percent", "0")
+    assert out[-1].startswith("(") and "beyond --top 3" in out[-1] and "--min-percent" not in out[-1]
+    assert out[-1].endswith("--top 0 shows them)")
+    head = next(i for i, ln in enumerate(out) if ln.strip().startswith("%"))
+    assert len(out) - head - 2 == 3  # three rows between the column header and the note
+    out = _lines(trace, "--view", "top-down", "--min-percent", "5")
+    assert "under --min-percent 5" in out[-1] and "--top" not in out[-1]
+    out = _lines(trace, "--view", "top-down", "--top", "1", "--min-percent", "0")
+    assert "beyond --top 1" in out[-1] and "under --min-percent" not in out[-1]
+    out = _lines(trace, "--view", "top-down", "--top", "0", "--min-percent", "0")
+    assert "hidden" not in out[-1]
+
+
+def test_hidden_counts_add_up_to_the_full_tree() -> None:
+    trace = str(trace_path("copies"))
+    full = json.loads(dlpt_cli("report", trace, "--min-percent", "0", "--format", "json").stdout)
+    part = json.loads(dlpt_cli("report", trace, "--top", "1", "--min-percent", "0", "--format", "json").stdout)
+
+    def count(nodes: list[dict]) -> int:
+        return sum(1 + count(n.get("children", [])) for n in nodes)
+
+    def nonzero(nodes: list[dict]) -> int:
+        return sum((n["inclusive"] > 0) + nonzero(n.get("children", [])) for n in nodes)
+
+    # Every node with time is either shown or counted as hidden (hidden ones' subtrees aside).
+    assert count(part["roots"]) + part["hidden"]["by_top"] <= nonzero(full["roots"])
+    assert part["hidden"]["by_top"] > 0 and part["hidden"]["by_min_percent"] == 0
+
+
+def test_json_report_is_in_one_unit_throughout() -> None:
+    r = dlpt_cli("report", str(trace_path("copies")), "--view", "flat", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["unit"] == "ns" and doc["units"]["htod_bytes"] == "bytes" and doc["units"]["kernel_count"] == "count"
+    s = doc["summary"]
+    for v in (s["gpu_time"], s["kernel_time"], s["attributed_to_source"], *s["memcpy_time"].values()):
+        assert isinstance(v, int)
+    # The summary and the rows are in the same unit: the rows add up to the summary's total.
+    assert sum(r["self"] for r in doc["rows"]) == s["gpu_time"]
+    hot = json.loads(dlpt_cli("export", str(trace_path("copies"))).stdout)
+    assert hot["unit"] == "us" and hot["summary"]["gpu_time"] == pytest.approx(s["gpu_time"] / 1000, abs=1e-3)
+
+
+@pytest.mark.parametrize("by", ["line", "function", "file"])
+def test_groupings_show_no_absolute_paths(by: str) -> None:
+    out = _lines(GPU, "--view", "flat", "--by", by, "--min-percent", "0", "--top", "0")
+    body = out[out.index(next(ln for ln in out if ln.strip().startswith("%"))) + 1:]
+    assert body and not [ln for ln in body if "/work/" in ln or " /" in ln.split("  ")[-1]]
+    assert any("examples/transformer_train.py" in ln for ln in body)
+
+
+# ---- files follow the umask -----------------------------------------------------------------
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_written_files_follow_the_umask(tmp_path, mask: int) -> None:
+    src = str(trace_path("copies"))
+    outputs = {
+        "export": ("export", src, "-o", str(tmp_path / "hot.json")),
+        "export folded": ("export", src, "-f", "folded", "-o", str(tmp_path / "x.folded")),
+        "report": ("report", src, "-o", str(tmp_path / "r.txt")),
+        "diff": ("diff", src, src, "-o", str(tmp_path / "d.txt")),
+        "import": ("import", src, "-o", str(tmp_path / "p.dlpt")),
+    }
+    for what, args in outputs.items():
+        r = dlpt_cli(*args, umask=mask)
+        assert r.returncode == 0, (what, r.stderr)
+        mode = stat.S_IMODE(os.stat(args[-1]).st_mode)
+        assert mode == 0o666 & ~mask, (what, oct(mode))
+
+
+# ---- option names and help ------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["report", "export", "diff", "view"])
+def test_metric_has_one_spelling(command: str) -> None:
+    r = dlpt_cli(command, "--help")
+    assert "--metric M" in r.stdout and "-m M" not in r.stdout and "-m," not in r.stdout
+    args = [command, str(trace_path("copies"))] + ([str(trace_path("copies"))] if command == "diff" else [])
+    r = dlpt_cli(*args, "-m", "kernel_time")
+    assert r.returncode == 2 and r.stderr.startswith("dlpt: ") and len(r.stderr.splitlines()) == 1
+    no_traceback(r)
+
+
+def test_record_keeps_dash_m_for_modules() -> None:
+    r = dlpt_cli("record", "--help")
+    assert "-m MODULE" in r.stdout
+
+
+def test_import_help_documents_its_input_and_output() -> None:
+    r = dlpt_cli("import", "--help")
+    assert r.returncode == 0
+    out = " ".join(r.stdout.split())
+    assert "-o OUT, --output OUT" in out and ".dlpt" in out
+    assert "TRACE" in out and "directory" in out and "rank" in out
+
+
+def test_export_without_output_writes_to_stdout(tmp_path) -> None:
+    for args in ((), ("-o", "-")):
+        r = dlpt_cli("export", str(trace_path("copies")), "-f", "folded", *args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines and all(ln.rsplit(" ", 1)[1].isdigit() for ln in lines)
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,70 @@
+"""The `m` screen: pick the metric directly, each shown with its total in the profile."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from dlpt.metrics import METRICS
+from dlpt.viewers.format import fmt_metric
+
+ABOUT = {
+    "gpu_time": "kernels + copies + memsets", "kernel_time": "kernels", "htod_time": "host→device copies",
+    "dtoh_time": "device→host copies", "dtod_time": "device→device copies",
+    "memcpy_other_time": "other copies", "memset_time": "memsets", "htod_bytes": "bytes copied host→device",
+    "dtoh_bytes": "bytes copied device→host", "dtod_bytes": "bytes copied device→device",
+    "kernel_count": "kernel launches", "copy_count": "copies", "memset_count": "memsets",
+    "cpu_time": "host ops' own time",
+}
+
+
+def offered_metrics(totals: dict[str, int], current: str) -> list[str]:
+    """The metrics worth offering: those with something in this profile, and the current one."""
+    return [m for m in METRICS if totals.get(m, 0) or m == current]
+
+
+class MetricPicker(ModalScreen[str | None]):
+    """A list of metrics; enter picks one, escape keeps the current."""
+
+    BINDINGS = [Binding("escape,q,m", "cancel", "keep")]
+
+    DEFAULT_CSS = """
+    MetricPicker { align: center middle; }
+    MetricPicker > Vertical { width: 64; max-width: 95%; height: auto; max-height: 90%;
+                              border: round $accent; background: $surface; padding: 0 1; }
+    MetricPicker OptionList { height: auto; max-height: 20; border: none; }
+    """
+
+    def __init__(self, totals: dict[str, int], current: str) -> None:
+        super().__init__()
+        self.totals = totals
+        self.current = current
+        self.metrics = offered_metrics(totals, current)
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for m in self.metrics:
+            t = Text()
+            t.append(f"{m:<18}", style="bold" if m == self.current else "")
+            t.append(f"{fmt_metric(m, self.totals.get(m, 0)):>10}  ")
+            t.append(ABOUT.get(m, ""), style="dim")
+            options.append(Option(t, id=m))
+        with Vertical():
+            yield Static(Text("metric (enter picks, escape keeps the current one)", style="bold"))
+            yield OptionList(*options, id="metrics")
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        ol.highlighted = self.metrics.index(self.current) if self.current in self.metrics else 0
+        ol.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
