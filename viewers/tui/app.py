@@ -361,6 +361,10 @@ class DlptApp(App[int]):
             if v.activities is None:
                 v.activities = ActivityIndex(v.profile)
             activities = v.activities.beneath(key, int(src.cct.end[key]))
+            # A compiled kernel shared between lines: its full time and every line it spans.
+            from dlpt.collectors.record.fused import fused_note
+
+            note = fused_note(src.profile, key, self.metric)
         elif isinstance(src, TreeSource):
             path = [src.label(int(i)) for i in src.cct.path(key)]
             note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"

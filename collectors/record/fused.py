@@ -1,0 +1,337 @@
+"""Compiled kernels on the model lines they were generated from: a pure tree transformation.
+
+A recording puts every kernel of torch.compile'd code under the generated module's `call()`
+frame, i.e. under the compiled call's line. `attribute_compiled(profile, provenance)` moves
+each such unit of work (the subtree under the generated-code frame at a kernel's call line:
+an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ kernel) to
+
+    compiled call's context → model frames of the stack trace → [backward]? → [fused K] → unit
+
+once per distinct stack trace the kernel was generated from, each copy carrying a share.
+
+Shares: an equal split between the kernel's distinct source stack traces (lines). Inductor
+gives no per-node cost inside a fused kernel; its size estimates are bytes of the scheduler
+node's reads and writes, and in a fused kernel those are shared (the intermediate values
+never reach memory), so a weighting would assign the memory traffic of one load to whichever
+node happened to read it first. An equal split is what the data supports, is easy to state,
+and the `[fused K]` node's detail (`fused_note`) shows the kernel's full time and every line
+it spans, so nothing is hidden. Every metric column of every moved node is split into
+integers by the largest-remainder rule, so shares sum to the original to the nanosecond; the
+activity rows are split so that each moved leaf's rows still sum to its metrics.
+
+Placement of the context: the stack trace's outermost frame is the compiled function itself
+(a `forward`), which is on the recorded path (dynamo runs its frame); everything above its
+innermost occurrence is the call's context. A backward kernel's traces are the forward lines
+it differentiates; the recorder already places compiled backward under the forward call's
+context (its sequence-number rule), so the same cut applies, with `[backward]` (the eager
+recorder's marker) between the lines and `[fused K]`.
+
+Units under a generated-code frame whose line has no provenance keep their place; those with
+device time get an `<unattributed: no provenance>` node naming the reason. A kernel with no
+generated-code frame on its path (a CUDA-graph replay under `mode="reduce-overhead"`) beneath
+Inductor's CUDA-graph runtime is identified by name when exactly one compiled kernel has it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields, replace
+
+import numpy as np
+
+from dlpt.cct import CCT, TreeBuilder, sum_rows
+from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
+from dlpt.collectors.record.provenance import KernelProvenance, Provenance, Trace
+from dlpt.frames import ACTIVITY_KINDS, Frame, is_library, short_path
+from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
+from dlpt.profile import Profile
+from dlpt.transforms import propagate_down
+
+FUSED_PREFIX = "[fused "
+NO_PROVENANCE = unattributed_frame("no provenance")
+# Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
+_CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils|compile_fx)\.py$")
+# Activity columns that add up (split between shares); the others (start, device...) are copied.
+_ADDITIVE = ("duration", "bytes", "count")
+
+
+def fused_frame(name: str) -> Frame:
+    return Frame("op", f"{FUSED_PREFIX}{name}]")
+
+
+def source_frame(file: str, line: int, function: str) -> Frame:
+    """The frame a recording gives that line: same name form, so eager and compiled paths merge."""
+    return Frame("python", f"{function} ({file}:{line})", file, line, function)
+
+
+def split_int(values: np.ndarray, weights: list[int]) -> np.ndarray:
+    """(len(weights), len(values)) integers, each column summing to its value exactly: floor of
+    the proportional share, the remainder to the largest fractional parts (ties: first share).
+    Python integers: ns totals times weights can pass 2**63."""
+    w = [int(x) for x in weights]
+    total = sum(w)
+    out = np.zeros((len(w), len(values)), dtype=np.int64)
+    for c, v in enumerate(int(x) for x in values):
+        if v == 0:
+            continue
+        base = [v * x // total for x in w]
+        rem = v - sum(base)
+        order = sorted(range(len(w)), key=lambda j: (-(v * w[j] % total), j))
+        for j in order[:rem]:
+            base[j] += 1
+        out[:, c] = base
+    return out
+
+
+def transport(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Integers x[r, j] >= 0 with row sums `rows` and column sums `cols` (equal totals): the
+    north-west corner rule in closed form, so split activity rows agree with split node metrics."""
+    r1 = np.cumsum(rows)
+    c1 = np.cumsum(cols)
+    r0, c0 = r1 - rows, c1 - cols
+    return np.clip(np.minimum(r1[:, None], c1[None, :]) - np.maximum(r0[:, None], c0[None, :]), 0, None)
+
+
+class _Frames:
+    """The profile's frames plus new ones; ids of existing frames never change."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        self.frames = list(frames)
+        self.index: dict[Frame, int] = {}
+        for i in range(len(self.frames) - 1, -1, -1):
+            self.index[self.frames[i]] = i
+
+    def intern(self, f: Frame) -> int:
+        i = self.index.get(f)
+        if i is None:
+            i = self.index[f] = len(self.frames)
+            self.frames.append(f)
+        return i
+
+
+def _context(anc: list[Frame], trace: Trace, backward: bool) -> int:
+    """How many of the ancestors (outermost first) are the compiled call's context."""
+    top = trace[0] if trace else None
+    if top is not None:
+        for i in range(len(anc) - 1, -1, -1):
+            f = anc[i]
+            if f.kind == "python" and f.file == top.file and f.function == top.function:
+                return i
+    if backward:
+        for i in range(len(anc) - 1, -1, -1):
+            if anc[i] == BACKWARD_FRAME:
+                return i
+    for i in range(len(anc) - 1, -1, -1):
+        if anc[i].kind == "python" and not is_library(anc[i]):
+            return i + 1
+    return len(anc)
+
+
+class _Attributor:
+    def __init__(self, profile: Profile, provenance: Provenance) -> None:
+        self.p = profile
+        self.prov = provenance
+        self.frames = _Frames(profile.frames)
+        self.bwd = self.frames.intern(BACKWARD_FRAME)
+        self.noprov = self.frames.intern(NO_PROVENANCE)
+        self._anc: dict[int, list[int]] = {}
+        self._targets: dict[tuple[int, str, str], tuple[list[tuple[int, ...]], list[int]]] = {}
+
+    def ancestors(self, node: int) -> list[int]:
+        """Frame ids from the root's child down to `node`."""
+        a = self._anc.get(node)
+        if a is None:
+            cct = self.p.cct
+            a = self._anc[node] = [int(cct.frame[i]) for i in cct.path(node)]
+        return a
+
+    def targets(self, parent: int, module: str, kp: KernelProvenance) -> tuple[list[tuple[int, ...]], list[int]]:
+        """New parent paths (frame ids) for a unit of kernel `kp` found under node `parent`."""
+        key = (parent, module, kp.key)
+        hit = self._targets.get(key)
+        if hit is not None:
+            return hit
+        anc = self.ancestors(parent)
+        anc_frames = [self.frames.frames[f] for f in anc]
+        fused = self.frames.intern(fused_frame(kp.name))
+        paths: list[tuple[int, ...]] = []
+        for trace in kp.traces:
+            cut = _context(anc_frames, trace, kp.backward)
+            path = list(anc[:cut]) + [self.frames.intern(source_frame(*f)) for f in trace]
+            if kp.backward:
+                path.append(self.bwd)
+            path.append(fused)
+            if tuple(path) not in paths:
+                paths.append(tuple(path))
+        hit = self._targets[key] = (paths, [1] * len(paths))
+        return hit
+
+    def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> tuple[list[tuple[int, ...]], list[int]] | None:
+        """Where unit root `i` goes, or None when it is not a unit (stays in place)."""
+        cct = self.p.cct
+        parent = int(cct.parent[i])
+        mod = self.prov.modules.get(parent_frame.file) if parent_frame.kind == "python" else None
+        if mod is not None:
+            if frame.kind == "python" and frame.file == mod.file:
+                return None  # a nested function of the same generated module (graph partitions)
+            kp = mod.at_line(parent_frame.line)
+            if kp is None and frame.kind in ACTIVITY_KINDS:
+                kp = mod.named(frame.name)
+            if kp is not None and kp.traces:
+                return self.targets(parent, mod.file, kp)
+            if cct.inclusive[i, COL["gpu_time"]] > 0:
+                return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+            return None
+        if frame.kind not in ACTIVITY_KINDS:
+            return None
+        anc = [self.frames.frames[f] for f in self.ancestors(parent)]
+        if any(f.file in self.prov.modules for f in anc) or not any(_CUDAGRAPH_RUNTIME.search(f.file) for f in anc):
+            return None
+        found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
+        if len(found) == 1:
+            kp = next(iter(found.values()))
+            return self.targets(parent, "", kp)
+        return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+
+    def run(self) -> Profile:
+        p = self.p
+        cct = p.cct
+        n = len(cct)
+        frames = self.frames.frames
+        b = TreeBuilder(int(cct.frame[0]))
+        new_nodes: list[list[int]] = [[0]] + [[] for _ in range(n - 1)]
+        weights: list[list[int] | None] = [None] * n
+        parent = cct.parent.tolist()
+        frame_ids = cct.frame.tolist()
+        for i in range(1, n):
+            par = parent[i]
+            f = frame_ids[i]
+            if weights[par] is not None:
+                weights[i] = weights[par]
+                new_nodes[i] = [b.child(q, f) for q in new_nodes[par]]
+                continue
+            unit = self.resolve(i, frames[frame_ids[par]], frames[f]) if par > 0 else None
+            if unit is None:
+                new_nodes[i] = [b.child(new_nodes[par][0], f)]
+            else:
+                paths, w = unit
+                new_nodes[i] = [b.child(b.path(pth), f) for pth in paths]
+                weights[i] = w
+        bparent, bframe, new_of_old = b.preorder()
+        idx: list[int] = []
+        rows: list[np.ndarray] = []
+        shares: dict[int, np.ndarray] = {}
+        for i in range(n):
+            w = weights[i]
+            if w is None or len(new_nodes[i]) == 1:
+                idx.append(new_nodes[i][0])
+                rows.append(cct.exclusive[i][None, :])
+            else:
+                s = shares[i] = split_int(cct.exclusive[i], w)
+                idx.extend(new_nodes[i])
+                rows.append(s)
+        exc = sum_rows(new_of_old[np.asarray(idx, dtype=np.int64)], np.concatenate(rows), len(bparent))
+        acts = self._activities(new_nodes, shares, weights, new_of_old)
+        out = replace(p, frames=frames, cct=CCT(bparent, bframe, exc), activities=acts)
+        # The generated-code frames the units left are empty now: drop them (and only them), so
+        # the compiled call's line does not keep a row of zeros per kernel call.
+        had = np.zeros(len(bparent), dtype=bool)
+        nonzero = cct.inclusive.any(axis=1)
+        for i in np.flatnonzero(nonzero).tolist():
+            had[new_of_old[new_nodes[i]]] = True
+        return _drop(out, propagate_down(out.cct, had & ~out.cct.inclusive.any(axis=1)))
+
+    def _activities(self, new_nodes: list[list[int]], shares: dict[int, np.ndarray],
+                    weights: list[list[int] | None], new_of_old: np.ndarray):  # noqa: ANN202
+        a = self.p.activities
+        cols = {f.name: getattr(a, f.name) for f in fields(a)}
+        first = np.array([nn[0] for nn in new_nodes], dtype=np.int64)
+        if not len(a):
+            return replace(a, node=new_of_old[first[a.node]] if len(a.node) else a.node)
+        split_rows = np.flatnonzero(np.array([len(new_nodes[i]) > 1 for i in a.node.tolist()], dtype=bool))
+        keep = np.ones(len(a), dtype=bool)
+        keep[split_rows] = False
+        out = {k: [v[keep]] for k, v in cols.items()}
+        out["node"] = [new_of_old[first[a.node[keep]]]]
+        order = split_rows[np.lexsort((a.kind[split_rows], a.node[split_rows]))]
+        groups = np.split(order, np.flatnonzero(np.diff(a.node[order] * 8 + a.kind[order])) + 1) if len(order) else []
+        for g in groups:
+            node = int(a.node[g[0]])
+            kind = int(a.kind[g[0]])
+            k = len(new_nodes[node])
+            parts: dict[str, np.ndarray] = {}
+            for name in _ADDITIVE:
+                if name not in cols:
+                    continue
+                vals = cols[name][g].astype(np.int64)
+                col = {"duration": _KIND_TIME_COL[kind], "count": _KIND_COUNT_COL[kind]}.get(name, _KIND_BYTES_COL.get(kind))
+                target = shares[node][:, col] if col is not None else None
+                if target is not None and int(target.sum()) == int(vals.sum()):
+                    parts[name] = transport(vals, target)  # (rows, shares)
+                else:
+                    w = weights[node] or [1] * k
+                    parts[name] = split_int(vals, w).T
+            for name, v in cols.items():
+                if name == "node":
+                    out[name].append(np.repeat(np.array([new_of_old[q] for q in new_nodes[node]])[None, :], len(g), 0).ravel())
+                elif name in parts:
+                    out[name].append(parts[name].ravel())
+                else:
+                    out[name].append(np.repeat(v[g], k))
+        merged = {k: np.concatenate(v).astype(cols[k].dtype, copy=False) for k, v in out.items()}
+        return replace(a, **merged)
+
+
+def _drop(profile: Profile, drop: np.ndarray) -> Profile:
+    """The profile without the `drop` nodes (whole subtrees, all metrics zero): preorder kept."""
+    if not drop.any():
+        return profile
+    cct = profile.cct
+    keep = ~drop
+    keep[0] = True
+    new_id = np.cumsum(keep) - 1
+    idx = np.flatnonzero(keep)
+    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
+    acts = profile.activities
+    return replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
+                   activities=replace(acts, node=new_id[acts.node]))
+
+
+def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
+    """Each unit of compiled work with provenance under the model lines it was generated from
+    (see the module's docstring). Pure: the input is not changed; without provenance, or with
+    no compiled code in the profile, the profile itself is returned. Totals of every metric and
+    of the activity rows' durations, bytes and counts are unchanged."""
+    if not provenance or len(profile.cct) < 2:
+        return profile
+    gen_files = set(provenance.modules)
+    if not any(f.kind == "python" and f.file in gen_files for f in profile.frames) and not any(
+            _CUDAGRAPH_RUNTIME.search(f.file) for f in profile.frames):
+        return profile
+    return _Attributor(profile, provenance).run()
+
+
+def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
+    """For a `[fused K]` node: K's full time in this profile and every line it is shared
+    between, one line of text for the detail pane ('' for other nodes)."""
+    cct = profile.cct
+    fr = profile.frame_of(node)
+    if not fr.name.startswith(FUSED_PREFIX):
+        return ""
+    col = COL[metric]
+    same = np.flatnonzero(cct.frame == cct.frame[node])
+    total = int(cct.inclusive[same, col].sum())
+    lines: list[str] = []
+    for s in same.tolist():
+        for a in reversed(cct.path(int(cct.parent[s]))):
+            f = profile.frame_of(a)
+            if f.has_source and not is_library(f):
+                label = f"{short_path(f.file)}:{f.line}"
+                if label not in lines:
+                    lines.append(label)
+                break
+    from dlpt.viewers.format import fmt_metric
+
+    head = fr.name[len(FUSED_PREFIX):-1]
+    return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, split equally between the "
+            f"source lines it was generated from ({len(same)} placements): {', '.join(lines) or '?'}")

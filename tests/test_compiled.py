@@ -1,0 +1,377 @@
+"""torch.compile'd code: Inductor's provenance collected on CPU (the C++ backend) and the pure
+transformation that puts each compiled kernel under the model lines it was generated from."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import textwrap
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.kineto.link import BACKWARD_FRAME
+from dlpt.collectors.record.fused import (
+    FUSED_PREFIX,
+    NO_PROVENANCE,
+    attribute_compiled,
+    fused_frame,
+    fused_note,
+    source_frame,
+    split_int,
+    transport,
+)
+from dlpt.collectors.record.provenance import (
+    CompiledModule,
+    KernelProvenance,
+    Provenance,
+    SourceFrame,
+    call_lines,
+    parse_trace,
+)
+from dlpt.frames import Frame, FrameTable
+from dlpt.metrics import COL, KERNEL, exclusive_matrix
+from dlpt.profile import Activities, Profile
+from dlpt.store import load, save
+
+GEN = "/tmp/torchinductor_u/ab/cabc.py"
+GEN2 = "/tmp/torchinductor_u/cd/ccdx.py"
+MODEL = "/home/u/model.py"
+
+
+# -- synthetic profiles ----------------------------------------------------------------------
+
+def build(paths: list[tuple[list[Frame], int]], cpu: dict[int, int] | None = None) -> Profile:
+    """A recorded-shape profile: each path ends in a kernel leaf launched once for `ns`;
+    `cpu` adds host time to the op frame at that depth of each path."""
+    ft = FrameTable([Frame("root", "synthetic")])
+    b = TreeBuilder(0)
+    leaves, names, cpu_nodes, cpu_ns = [], [], [], []
+    for frames, ns in paths:
+        ids = [ft.intern(f) for f in frames]
+        leaves.append((b.path(ids), ns))
+        names.append(ids[-1])
+        for depth, v in (cpu or {}).items():
+            cpu_nodes.append(b.path(ids[:depth + 1]))
+            cpu_ns.append(v)
+    parent, frame, new_of_old = b.preorder()
+    node = new_of_old[np.array([n for n, _ in leaves])]
+    dur = np.array([ns for _, ns in leaves], dtype=np.int64)
+    k = len(leaves)
+    acts = Activities.empty()
+    acts = type(acts)(**{f.name: np.zeros(k, dtype=np.int64) for f in fields(acts)})
+    acts.node, acts.kind, acts.name, acts.duration = node, np.full(k, KERNEL), np.array(names), dur
+    acts.start = np.arange(k, dtype=np.int64) * 1000
+    cn = new_of_old[np.array(cpu_nodes, dtype=np.int64)] if cpu_nodes else np.zeros(0, dtype=np.int64)
+    exc = exclusive_matrix(len(parent), node, acts.kind, dur, acts.bytes, cn, np.array(cpu_ns, dtype=np.int64))
+    from dlpt.cct import CCT
+
+    return Profile(ft.frames, CCT(parent, frame, exc), acts, meta={"source": "record"})
+
+
+def py(file: str, line: int, func: str) -> Frame:
+    return source_frame(file, line, func)
+
+
+def kernel(name: str) -> Frame:
+    return Frame("kernel", name)
+
+
+CALL = [py("/home/u/train.py", 30, "<module>"), py("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", 1789, "_call_impl"),
+        py(MODEL, 8, "forward"), py("/usr/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", 1446, "_fn")]
+
+
+def tr(*lines: int) -> tuple:
+    """One trace per line, each `forward` frame at that line of MODEL."""
+    return tuple((SourceFrame(MODEL, ln, "forward"),) for ln in lines)
+
+
+def provenance() -> Provenance:
+    prov = Provenance()
+    fwd = CompiledModule(GEN, False, lines={50: "triton_fused_0:1", 52: "extern_kernels.mm:2", 54: "orphan:3"})
+    fwd.kernels = {"triton_fused_0:1": KernelProvenance("triton_fused_0:1", "triton_fused_0", tr(10, 11, 12)),
+                   "extern_kernels.mm:2": KernelProvenance("extern_kernels.mm:2", "extern_kernels.mm", tr(9)),
+                   "orphan:3": KernelProvenance("orphan:3", "orphan", ())}
+    bwd = CompiledModule(GEN2, True, lines={70: "triton_fused_0:1"})
+    bwd.kernels = {"triton_fused_0:1": KernelProvenance("triton_fused_0:1", "triton_fused_0", tr(10, 12), True)}
+    prov.modules = {GEN: fwd, GEN2: bwd}
+    return prov
+
+
+def nodes_named(p: Profile, name: str) -> list[int]:
+    return [i for i in range(len(p.cct)) if p.frame_of(i).name == name]
+
+
+def lines_above(p: Profile, node: int) -> list[tuple[str, int]]:
+    return [(f.file, f.line) for f in p.call_path(node) if f.kind == "python"]
+
+
+def check_conserved(before: Profile, after: Profile) -> None:
+    assert (after.cct.inclusive[0] == before.cct.inclusive[0]).all()
+    assert int(after.activities.duration.sum()) == int(before.activities.duration.sum())
+    # every leaf's kernel time is exactly the sum of its activity rows
+    per_node = np.bincount(after.activities.node, weights=after.activities.duration, minlength=len(after.cct))
+    assert (per_node.astype(np.int64) == after.cct.exclusive[:, COL["kernel_time"]]).all()
+
+
+# -- the split ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values,weights", [([10, 0, 7, 1], [1, 1, 1]), ([2**62, 5], [3, 1, 7]), ([1], [1])])
+def test_split_int_sums_exactly(values, weights):
+    out = split_int(np.array(values, dtype=np.int64), weights)
+    assert out.sum(axis=0).tolist() == values
+    assert (out >= 0).all()
+    # equal weights: shares differ by at most one
+    if len(set(weights)) == 1:
+        assert (out.max(axis=0) - out.min(axis=0) <= 1).all()
+
+
+def test_transport_margins():
+    rows, cols = np.array([5, 0, 9, 2]), np.array([7, 7, 2])
+    x = transport(rows, cols)
+    assert x.sum(axis=1).tolist() == rows.tolist() and x.sum(axis=0).tolist() == cols.tolist()
+    assert (x >= 0).all()
+
+
+# -- the transformation on synthetic profiles --------------------------------------------------
+
+def test_fused_kernel_shared_between_its_lines():
+    before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 1001),
+                    (CALL + [py(GEN, 52, "call"), Frame("op", "aten::mm"), kernel("sgemm")], 500)],
+                   cpu={len(CALL) + 1: 40})
+    after = attribute_compiled(before, provenance())
+    check_conserved(before, after)
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    assert len(fused) == 3
+    shares = sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in fused)
+    assert sum(shares) == 1001 and shares[-1] - shares[0] <= 1
+    # each share sits under its own model line, below the compiled call's context (not the def line)
+    got = sorted(lines_above(after, i)[-1] for i in fused)
+    assert got == [(MODEL, 10), (MODEL, 11), (MODEL, 12)]
+    for i in fused:
+        path = after.call_path(i)
+        assert path[0] == CALL[0] and (MODEL, 8) not in [(f.file, f.line) for f in path]
+        assert after.frame_of(i) == fused_frame("triton_fused_0")
+    # the extern mm keeps its op and kernel beneath, with its host time, on line 9
+    (mm,) = nodes_named(after, "aten::mm")
+    assert lines_above(after, mm)[-1] == (MODEL, 9)
+    assert after.cct.exclusive[mm, COL["cpu_time"]] == 40
+    assert not nodes_named(after, NO_PROVENANCE.name)
+    assert not any(f.file == GEN for f in (after.frame_of(i) for i in range(len(after.cct))))
+
+
+def test_backward_kernels_under_forward_lines():
+    bwd_path = CALL[:3] + [Frame("op", "CompiledFunction"), BACKWARD_FRAME, Frame("op", "CompiledFunctionBackward"),
+                           py(GEN2, 70, "call"), kernel("triton_fused_0")]
+    before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 90), (bwd_path, 31)])
+    after = attribute_compiled(before, provenance())
+    check_conserved(before, after)
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    bwd = [i for i in fused if BACKWARD_FRAME in after.call_path(i)]
+    assert len(bwd) == 2 and len(fused) == 5
+    assert sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in bwd) == [15, 16]
+    for i in bwd:
+        path = after.call_path(i)
+        # forward context → model line → [backward] → [fused K], as eager backward ops read
+        assert path[-2] == BACKWARD_FRAME and path[-3].file == MODEL and path[-3].line in (10, 12)
+        assert path[0] == CALL[0]
+
+
+def test_no_provenance_stays_with_reason():
+    before = build([(CALL + [py(GEN, 54, "call"), kernel("orphan")], 70),
+                    (CALL + [py(GEN, 60, "call"), Frame("op", "aten::zero_"), kernel("memset_k")], 5),
+                    (CALL + [py(GEN, 61, "call"), Frame("op", "aten::empty")], 0)],
+                   cpu={len(CALL) + 1: 3})
+    after = attribute_compiled(before, provenance())
+    check_conserved(before, after)
+    reasons = nodes_named(after, NO_PROVENANCE.name)
+    assert len(reasons) == 2
+    for r in reasons:
+        assert after.call_path(r)[-2].file == GEN  # still under the compiled code's line
+    # host-only work without provenance is left exactly where it was
+    (empty,) = nodes_named(after, "aten::empty")
+    assert after.call_path(empty)[-2] == py(GEN, 61, "call")
+
+
+def test_cuda_graph_replay_by_unique_name():
+    replay = CALL + [py("/x/site-packages/torch/_inductor/cudagraph_trees.py", 2000, "run_graph")]
+    prov = provenance()
+    prov.modules[GEN].lines[56] = "triton_solo_9:4"
+    prov.modules[GEN].kernels["triton_solo_9:4"] = KernelProvenance("triton_solo_9:4", "triton_solo_9", tr(13))
+    before = build([(replay + [kernel("triton_solo_9")], 40), (replay + [kernel("triton_fused_0")], 20),
+                    (CALL[:1] + [kernel("triton_solo_9")], 7)])
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    (solo,) = [i for i in nodes_named(after, f"{FUSED_PREFIX}triton_solo_9]")]
+    assert lines_above(after, solo)[-1] == (MODEL, 13)
+    # the same name in a forward and a backward module with other lines: ambiguous, kept with the reason
+    (reason,) = nodes_named(after, NO_PROVENANCE.name)
+    assert after.frame_of(after.cct.children(reason)[0]).name == "triton_fused_0"
+    # a kernel outside compiled code and outside a graph replay is not touched
+    assert any(after.call_path(i) == CALL[:1] + [kernel("triton_solo_9")] for i in nodes_named(after, "triton_solo_9"))
+
+
+def test_pure_and_noop_without_provenance():
+    before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 10)])
+    snap = (before.cct.parent.copy(), before.cct.exclusive.copy(), list(before.frames), before.activities.node.copy())
+    attribute_compiled(before, provenance())
+    assert (before.cct.parent == snap[0]).all() and (before.cct.exclusive == snap[1]).all()
+    assert before.frames == snap[2] and (before.activities.node == snap[3]).all()
+    assert attribute_compiled(before, Provenance()) is before
+
+
+def test_note_and_store_roundtrip(tmp_path):
+    before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 3000)])
+    after = attribute_compiled(before, provenance())
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    note = fused_note(after, fused[0], "kernel_time")
+    assert "3.0" in note and all(f"model.py:{ln}" in note for ln in (10, 11, 12))
+    assert fused_note(after, 0) == ""
+    save(after, tmp_path / "a.dlpt")
+    back = load(str(tmp_path / "a.dlpt"))
+    assert (back.cct.inclusive[0] == after.cct.inclusive[0]).all()
+    assert len(nodes_named(back, f"{FUSED_PREFIX}triton_fused_0]")) == 3
+
+
+def test_provenance_roundtrip_and_parsers():
+    prov = provenance()
+    back = Provenance.from_dict(prov.to_dict())
+    assert back.modules[GEN2].backward and back.at(GEN, 52).traces == tr(9)
+    t = parse_trace('  File "/a/m.py", line 12, in forward\n    y = f(x)\n        ^^^^\n'
+                    '  File "/a/n.py", line 3, in f\n    return x\n')
+    assert t == (SourceFrame("/a/m.py", 12, "forward"), SourceFrame("/a/n.py", 3, "f"))
+    src = "def call():\n    # [Provenance debug handles] k:1\n    k.run(a,\n          b)\n    x = 1\n"
+    assert call_lines(src) == {3: "k:1", 4: "k:1"}
+
+
+# -- real provenance from Inductor's C++ backend -----------------------------------------------
+
+PROGRAM = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.ln = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        y = self.fc(x)  # LINE: fc
+        y = torch.relu(y) * 2  # LINE: act
+        torch._dynamo.graph_break()
+        return self.ln(y).sum()  # LINE: ln
+'''
+
+
+def markers(text: str) -> dict[str, int]:
+    return {m.group(1): i for i, ln in enumerate(text.splitlines(), 1) for m in [re.search(r"# LINE: (\w+)", ln)] if m}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """One compile of a two-region model (a graph break), forward and backward, with provenance."""
+    torch = pytest.importorskip("torch")
+    import torch._inductor.config as inductor_config
+
+    d = tmp_path_factory.mktemp("compiled")
+    path = d / "net_prog.py"
+    path.write_text(textwrap.dedent(PROGRAM))
+    spec = importlib.util.spec_from_file_location("net_prog", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["net_prog"] = mod
+    spec.loader.exec_module(mod)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = mod.Net()
+    x = torch.randn(8, 16)
+    eager_out = net(x)
+    eager_out.backward()
+    eager_grad = net.fc.weight.grad.clone()
+    net.zero_grad()
+    prov = Provenance()
+    level = inductor_config.trace.provenance_tracking_level
+    prov.start()
+    try:
+        # Profiled C++ kernels: each is a RECORD_FUNCTION a host-side recording can see.
+        with inductor_config.patch({"cpp.enable_kernel_profile": True, "fx_graph_cache": False}):
+            cnet = torch.compile(net)
+            out = cnet(x)
+            out.backward()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp:
+                cnet(x)
+    finally:
+        prov.stop()
+    assert inductor_config.trace.provenance_tracking_level == level
+    yield {"prov": prov, "file": str(path), "lines": markers(path.read_text()), "eager": (eager_out, eager_grad),
+           "compiled": (out, net.fc.weight.grad), "events": {e.name for e in tp.events()}}
+    sys.modules.pop("net_prog", None)
+
+
+def test_compiled_result_unchanged(compiled):
+    torch = pytest.importorskip("torch")
+    (eo, eg), (co, cg) = compiled["eager"], compiled["compiled"]
+    torch.testing.assert_close(co, eo)
+    torch.testing.assert_close(cg, eg)
+
+
+def test_real_kernels_map_to_marked_lines(compiled):
+    prov, file, lines = compiled["prov"], compiled["file"], compiled["lines"]
+    mods = list(prov.modules.values())
+    # two regions (the graph break), each a forward and a backward graph
+    assert sorted(m.backward for m in mods) == [False, False, True, True]
+    seen: dict[tuple[bool, str], set[str]] = {}
+    for m in mods:
+        assert m.lines and all(k in m.kernels for k in m.lines.values())
+        src = Path(m.file).read_text().splitlines()
+        for ln, key in m.lines.items():
+            assert key.rsplit(":", 1)[0] in src[ln - 1]  # the mapped line calls that kernel
+        for k in m.kernels.values():
+            assert k.traces, k.key
+            for t in k.traces:
+                assert t[-1].file == file
+            marks = {name for name, ln in lines.items() if ln in {f.line for f in k.lines()}}
+            assert marks, (k.key, k.lines())
+            seen.setdefault((m.backward, "mm" if "mm" in k.name else "other"), set()).update(marks)
+    # the matmul (forward addmm, backward mm) comes from the Linear line, in both directions
+    assert seen[(False, "mm")] == {"fc"} and seen[(True, "mm")] == {"fc"}
+    assert {"act", "ln"} <= seen[(False, "other")] and {"act", "ln"} <= seen[(True, "other")]
+
+
+def test_real_provenance_through_the_transformation(compiled):
+    """Every kernel call line of every real generated module, placed as a recording would place
+    it (forward under the compiled call, backward under `[backward]`), lands on marked lines."""
+    prov, file, lines = compiled["prov"], compiled["file"], compiled["lines"]
+    paths = []
+    for m in prov.modules.values():
+        for ln, key in m.lines.items():
+            ctx = [py("/home/u/train.py", 5, "<module>"), py(file, lines["fc"] - 1, "forward")]
+            if m.backward:
+                ctx += [Frame("op", "CompiledFunction"), BACKWARD_FRAME]
+            paths.append((ctx + [py(m.file, ln, "call"), kernel(key.rsplit(":", 1)[0])], 1000 + ln))
+    before = build(paths)
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    marked = set(lines.values())
+    leaves = [i for i in range(len(after.cct)) if after.frame_of(i).kind == "kernel"]
+    assert leaves
+    for i in leaves:
+        path = after.call_path(i)
+        assert path[-2].name.startswith(FUSED_PREFIX)
+        src = [f for f in path if f.file == file]
+        assert src[-1].line in marked
+        assert (BACKWARD_FRAME in path) == (path[-3] == BACKWARD_FRAME)
+
+
+def test_profiled_cpp_kernels_are_visible_and_named(compiled):
+    """With `cpp.enable_kernel_profile`, each C++ kernel runs inside a RECORD_FUNCTION named
+    `graph_N_<kernel>`: a host-side recording sees it as an op, and provenance resolves the name."""
+    prov = compiled["prov"]
+    cpp = [e for e in compiled["events"] if re.match(r"graph_\d+_cpp_fused", e)]
+    assert cpp
+    for e in cpp:
+        assert prov.by_name(e), e
