@@ -66,6 +66,8 @@ def build(paths: list[tuple[list[Frame], int]], cpu: dict[int, int] | None = Non
     acts = type(acts)(**{f.name: np.zeros(k, dtype=np.int64) for f in fields(acts)})
     acts.node, acts.kind, acts.name, acts.duration = node, np.full(k, KERNEL), np.array(names), dur
     acts.start = np.arange(k, dtype=np.int64) * 1000
+    if hasattr(acts, "count"):
+        acts.count = np.ones(k, dtype=np.int64)
     cn = new_of_old[np.array(cpu_nodes, dtype=np.int64)] if cpu_nodes else np.zeros(0, dtype=np.int64)
     exc = exclusive_matrix(len(parent), node, acts.kind, dur, acts.bytes, cn, np.array(cpu_ns, dtype=np.int64))
     from dlpt.cct import CCT
@@ -116,6 +118,10 @@ def check_conserved(before: Profile, after: Profile) -> None:
     # every leaf's kernel time is exactly the sum of its activity rows
     per_node = np.bincount(after.activities.node, weights=after.activities.duration, minlength=len(after.cct))
     assert (per_node.astype(np.int64) == after.cct.exclusive[:, COL["kernel_time"]]).all()
+    if hasattr(after.activities, "count"):
+        counts = np.bincount(after.activities.node, weights=after.activities.count, minlength=len(after.cct))
+        assert (counts.astype(np.int64) == after.cct.exclusive[:, COL["kernel_count"]]).all()
+        assert int(after.activities.count.sum()) == int(before.activities.count.sum())
 
 
 # -- the split ---------------------------------------------------------------------------------
@@ -162,6 +168,18 @@ def test_fused_kernel_shared_between_its_lines():
     assert after.cct.exclusive[mm, COL["cpu_time"]] == 40
     assert not nodes_named(after, NO_PROVENANCE.name)
     assert not any(f.file == GEN for f in (after.frame_of(i) for i in range(len(after.cct))))
+
+
+def test_rows_of_one_leaf_split_consistently():
+    """Several activity rows on one leaf (an imported trace: one row per launch): every share's
+    rows sum to that share's metrics, and no row is lost or invented."""
+    leaf = CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")]
+    before = build([(leaf, 7), (leaf, 11), (leaf, 5), (leaf, 0)])
+    after = attribute_compiled(before, provenance())
+    check_conserved(before, after)
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    assert sorted(int(after.cct.inclusive[i, COL["kernel_count"]]) for i in fused) == [1, 1, 2]
+    assert sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in fused) == [7, 8, 8]
 
 
 def test_backward_kernels_under_forward_lines():
@@ -244,6 +262,8 @@ def test_provenance_roundtrip_and_parsers():
     t = parse_trace('  File "/a/m.py", line 12, in forward\n    y = f(x)\n        ^^^^\n'
                     '  File "/a/n.py", line 3, in f\n    return x\n')
     assert t == (SourceFrame("/a/m.py", 12, "forward"), SourceFrame("/a/n.py", 3, "f"))
+    # a script run by a relative path: its frames are absolute in a recording, so here too
+    assert parse_trace('  File "sub/m.py", line 2, in f\n', "/w")[0].file == "/w/sub/m.py"
     src = "def call():\n    # [Provenance debug handles] k:1\n    k.run(a,\n          b)\n    x = 1\n"
     assert call_lines(src) == {3: "k:1", 4: "k:1"}
 

@@ -51,6 +51,7 @@ changes, so the first recorded run of a program recompiles what an unrecorded ru
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -104,13 +105,17 @@ class CompiledModule:
         return found[0] if len(found) == 1 else None
 
 
-def parse_trace(text: str) -> Trace:
-    """`  File "m.py", line 12, in forward\\n    y = f(x)\\n` → frames, outermost first."""
+def parse_trace(text: str, cwd: str = "") -> Trace:
+    """`  File "m.py", line 12, in forward\\n    y = f(x)\\n` → frames, outermost first. A relative
+    file (a script run as `python m.py`) is made absolute against `cwd`, as the recorder does."""
     out = []
     for ln in text.splitlines():
         m = _TRACE_LINE.match(ln)
         if m:
-            out.append(SourceFrame(m.group("file"), int(m.group("line")), m.group("func")))
+            file = m.group("file")
+            if cwd and file and not file.startswith("<") and not os.path.isabs(file):
+                file = os.path.normpath(os.path.join(cwd, file))
+            out.append(SourceFrame(file, int(m.group("line")), m.group("func")))
     return tuple(out)
 
 
@@ -149,7 +154,8 @@ def call_lines(source: str) -> dict[int, str]:
     return out
 
 
-def compiled_module(file: str, source: str, traces_json: str | None, backward: bool) -> CompiledModule:
+def compiled_module(file: str, source: str, traces_json: str | None, backward: bool,
+                    cwd: str = "") -> CompiledModule:
     """The provenance of one generated module from its source and Inductor's JSON map."""
     mod = CompiledModule(file=file, backward=backward, lines=call_lines(source))
     try:
@@ -160,7 +166,7 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
         name = key.rsplit(":", 1)[0]
         traces: list[Trace] = []
         for t in raw.get(key, []):
-            p = parse_trace(t)
+            p = parse_trace(t, cwd)
             if p and p not in traces:
                 traces.append(p)
         mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward)
@@ -174,8 +180,10 @@ class Provenance:
     its `CompiledModule`. Safe to start when torch.compile is never used: nothing is compiled,
     nothing is collected."""
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: str | None = None) -> None:
         self.modules: dict[str, CompiledModule] = {}
+        # Relative files in stack traces resolve against the recording's working directory.
+        self.cwd = cwd
         self._saved_level: int | None = None
         self._original: Any = None
         self._owner: Any = None
@@ -187,6 +195,8 @@ class Provenance:
         before the program compiles anything (a graph compiled earlier has no provenance)."""
         if self._original is not None:
             return
+        if self.cwd is None:
+            self.cwd = os.getcwd()
         import torch._inductor.config as inductor_config
         from torch._inductor.output_code import CompiledFxGraph
 
@@ -235,7 +245,8 @@ class Provenance:
         if not file:
             return
         backward = bool(graph_kwargs.get("is_backward")) if hasattr(graph_kwargs, "get") else False
-        self.modules[file] = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward)
+        self.modules[file] = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward,
+                                             self.cwd or "")
 
     # -- reading -------------------------------------------------------------------------------
 
