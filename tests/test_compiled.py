@@ -233,6 +233,37 @@ def test_cuda_graph_replay_by_unique_name():
     assert any(after.call_path(i) == CALL[:1] + [kernel("triton_solo_9")] for i in nodes_named(after, "triton_solo_9"))
 
 
+def test_region_without_generated_frames():
+    """A recording reads no Python frames while an op is open, so inside `Torch-Compiled Region`
+    kernels and ops have no generated-code frame: the region's compile id names the module, the
+    kernel's name (or the aten op an extern kernel calls) the kernel."""
+    prov = provenance()
+    prov.modules[GEN].lines[58] = "extern_kernels.mm:5"
+    prov.modules[GEN].kernels["extern_kernels.mm:5"] = KernelProvenance("extern_kernels.mm:5", "extern_kernels.mm", tr(13))
+    prov.regions = {("0/0", False): GEN, ("0/0", True): GEN2}
+    region = CALL[:2] + [Frame("op", "Torch-Compiled Region: 0/0"), Frame("op", "CompiledFunction")]
+    before = build([(region + [kernel("triton_fused_0")], 30),
+                    (region + [Frame("op", "aten::mm"), kernel("sgemm")], 41),
+                    (region + [BACKWARD_FRAME, Frame("op", "CompiledFunctionBackward"), kernel("triton_fused_0")], 8),
+                    (region + [Frame("op", "aten::zero_"), kernel("memset")], 2),
+                    (CALL[:2] + [Frame("op", "Torch-Compiled Region: 1/0"), kernel("triton_fused_0")], 5)])
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    fwd = sorted(lines_above(after, i)[-1][1] for i in fused if BACKWARD_FRAME not in after.call_path(i))
+    bwd = sorted(lines_above(after, i)[-1][1] for i in fused if BACKWARD_FRAME in after.call_path(i))
+    assert fwd == [10, 11, 12] and bwd == [10, 12]
+    for i in fused:  # the context is everything above the region op
+        assert after.call_path(i)[:2] == CALL[:2]
+    # two extern mm kernels in the module: the aten::mm op is shared between their lines
+    mm = nodes_named(after, "aten::mm")
+    assert sorted(lines_above(after, i)[-1][1] for i in mm) == [9, 13]
+    assert sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in mm) == [20, 21]
+    # not in the module, and a region with no collected module: kept, with the reason
+    reasons = nodes_named(after, NO_PROVENANCE.name)
+    assert sorted(after.frame_of(after.cct.children(r)[0]).name for r in reasons) == ["aten::zero_", "triton_fused_0"]
+
+
 def test_pure_and_noop_without_provenance():
     before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 10)])
     snap = (before.cct.parent.copy(), before.cct.exclusive.copy(), list(before.frames), before.activities.node.copy())
@@ -294,9 +325,12 @@ def markers(text: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """One compile of a two-region model (a graph break), forward and backward, with provenance."""
+    """One compile of a two-region model (a graph break), forward and backward, with provenance
+    collected and dlpt's recorder on, as `dlpt record` runs a program; then a second step."""
     torch = pytest.importorskip("torch")
     import torch._inductor.config as inductor_config
+
+    from dlpt.collectors.record.session import Recorder
 
     d = tmp_path_factory.mktemp("compiled")
     path = d / "net_prog.py"
@@ -315,20 +349,23 @@ def compiled(tmp_path_factory):
     net.zero_grad()
     prov = Provenance()
     level = inductor_config.trace.provenance_tracking_level
+    rec = Recorder(command="compiled-test", quiet=True)
     prov.start()
+    rec.start()
     try:
-        # Profiled C++ kernels: each is a RECORD_FUNCTION a host-side recording can see.
+        # Profiled C++ kernels: each runs inside a RECORD_FUNCTION the recorder sees as an op.
         with inductor_config.patch({"cpp.enable_kernel_profile": True, "fx_graph_cache": False}):
             cnet = torch.compile(net)
             out = cnet(x)
             out.backward()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as tp:
-                cnet(x)
+            grad = net.fc.weight.grad.clone()
+            cnet(x).backward()
     finally:
+        profile = rec.stop()
         prov.stop()
     assert inductor_config.trace.provenance_tracking_level == level
     yield {"prov": prov, "file": str(path), "lines": markers(path.read_text()), "eager": (eager_out, eager_grad),
-           "compiled": (out, net.fc.weight.grad), "events": {e.name for e in tp.events()}}
+           "compiled": (out, grad), "profile": profile}
     sys.modules.pop("net_prog", None)
 
 
@@ -389,9 +426,36 @@ def test_real_provenance_through_the_transformation(compiled):
 
 def test_profiled_cpp_kernels_are_visible_and_named(compiled):
     """With `cpp.enable_kernel_profile`, each C++ kernel runs inside a RECORD_FUNCTION named
-    `graph_N_<kernel>`: a host-side recording sees it as an op, and provenance resolves the name."""
-    prov = compiled["prov"]
-    cpp = [e for e in compiled["events"] if re.match(r"graph_\d+_cpp_fused", e)]
+    `graph_N_<kernel>`: the recording has it as an op, and provenance resolves the name."""
+    prov, prof = compiled["prov"], compiled["profile"]
+    cpp = {prof.frame_of(i).name for i in range(len(prof.cct)) if re.match(r"graph_\d+_cpp_fused", prof.frame_of(i).name)}
     assert cpp
-    for e in cpp:
-        assert prov.by_name(e), e
+    for name in cpp:
+        assert prov.by_name(name), name
+
+
+def test_recorded_compiled_run_lands_on_marked_lines(compiled):
+    """The recording of the compiled run, attributed: every compiled C++ kernel and every aten op
+    called by the generated code sits under `[fused K]` beneath a marked model line, backward ones
+    under `[backward]`, and the host time is what the recording measured, to the nanosecond."""
+    prov, prof, file, lines = compiled["prov"], compiled["profile"], compiled["file"], compiled["lines"]
+    after = attribute_compiled(prof, prov)
+    assert (after.cct.inclusive[0] == prof.cct.inclusive[0]).all()
+    marked = set(lines.values())
+    placed: dict[bool, set[str]] = {False: set(), True: set()}
+    for i in range(len(after.cct)):
+        f = after.frame_of(i)
+        if not f.name.startswith(FUSED_PREFIX):
+            continue
+        path = after.call_path(i)
+        model = [p for p in path if p.file == file]
+        assert model and model[-1].line in marked, [p.label() for p in path]
+        bwd = path[-2] == BACKWARD_FRAME
+        placed[bwd] |= {n for n, ln in lines.items() if ln == model[-1].line}
+        assert after.cct.inclusive[i, COL["cpu_time"]] > 0
+    # both regions (before and after the graph break), both directions, every marked line
+    assert placed[False] == set(lines) and placed[True] == set(lines)
+    # no compiled kernel is left outside a [fused] node, in the recording's compiled regions
+    for i in range(len(after.cct)):
+        if re.match(r"graph_\d+_cpp_fused", after.frame_of(i).name):
+            assert any(p.name.startswith(FUSED_PREFIX) for p in after.call_path(i))

@@ -34,6 +34,7 @@ Inductor's CUDA-graph runtime is identified by name when exactly one compiled ke
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import fields, replace
 
@@ -49,6 +50,7 @@ from dlpt.transforms import propagate_down
 
 FUSED_PREFIX = "[fused "
 NO_PROVENANCE = unattributed_frame("no provenance")
+REGION_PREFIX = "Torch-Compiled Region: "
 # Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
 _CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils|compile_fx)\.py$")
 # Activity columns that add up (split between shares); the others (start, device...) are copied.
@@ -109,14 +111,17 @@ class _Frames:
         return i
 
 
-def _context(anc: list[Frame], trace: Trace, backward: bool) -> int:
-    """How many of the ancestors (outermost first) are the compiled call's context."""
+def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None = None) -> int:
+    """How many of the ancestors (outermost first) are the compiled call's context. `region`:
+    the index of the `Torch-Compiled Region` op the unit was found under, if it was."""
     top = trace[0] if trace else None
     if top is not None:
         for i in range(len(anc) - 1, -1, -1):
             f = anc[i]
             if f.kind == "python" and f.file == top.file and f.function == top.function:
                 return i
+    if region is not None:
+        return region
     if backward:
         for i in range(len(anc) - 1, -1, -1):
             if anc[i] == BACKWARD_FRAME:
@@ -127,6 +132,21 @@ def _context(anc: list[Frame], trace: Trace, backward: bool) -> int:
     return len(anc)
 
 
+def _transparent(f: Frame) -> bool:
+    """Frames between a compiled region's op and its kernels that say nothing of which kernel:
+    the autograd wrappers of the compiled graphs, Inductor's `## Call CompiledFxGraph ##`
+    annotation, the backward marker, library Python frames."""
+    if f.kind == "op":
+        return f.name in _WRAPPER_OPS or f.name.startswith(("## ", "autograd::engine::evaluate_function: Compiled"))
+    if f.kind == "backward":
+        return True
+    return f.kind == "python" and is_library(f) and "torchinductor" not in f.file
+
+
+_WRAPPER_OPS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
+Targets = tuple[list[tuple[int, ...]], list[int]]
+
+
 class _Attributor:
     def __init__(self, profile: Profile, provenance: Provenance) -> None:
         self.p = profile
@@ -135,7 +155,9 @@ class _Attributor:
         self.bwd = self.frames.intern(BACKWARD_FRAME)
         self.noprov = self.frames.intern(NO_PROVENANCE)
         self._anc: dict[int, list[int]] = {}
-        self._targets: dict[tuple[int, str, str], tuple[list[tuple[int, ...]], list[int]]] = {}
+        self._targets: dict[tuple, Targets] = {}
+        # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
+        self._region: dict[int, tuple[str, bool, int] | None] = {0: None}
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -145,31 +167,60 @@ class _Attributor:
             a = self._anc[node] = [int(cct.frame[i]) for i in cct.path(node)]
         return a
 
-    def targets(self, parent: int, module: str, kp: KernelProvenance) -> tuple[list[tuple[int, ...]], list[int]]:
-        """New parent paths (frame ids) for a unit of kernel `kp` found under node `parent`."""
-        key = (parent, module, kp.key)
+    def region_of(self, node: int) -> tuple[str, bool, int] | None:
+        """The compiled region `node` lies in with only transparent frames between, if any."""
+        hit = self._region.get(node, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        cct = self.p.cct
+        chain = []
+        n = node
+        while n not in self._region:
+            chain.append(n)
+            n = int(cct.parent[n])
+        r = self._region[n]
+        for n in reversed(chain):
+            f = self.p.frames[int(cct.frame[n])]
+            if f.kind == "op" and f.name.startswith(REGION_PREFIX):
+                r = (f.name[len(REGION_PREFIX):].strip(), False, int(cct.depth[n]) - 1)
+            elif r is not None and _transparent(f):
+                r = (r[0], r[1] or f.kind == "backward", r[2])
+            else:
+                r = None
+            self._region[n] = r
+        return self._region[node]
+
+    def targets(self, parent: int, module: str, kps: list[KernelProvenance], region: int | None = None) -> Targets:
+        """New parent paths (frame ids) and integer weights for a unit found under node `parent`
+        that is one of the kernels `kps` (equally likely), each shared equally by its traces."""
+        key = (parent, module, tuple(k.key for k in kps), region)
         hit = self._targets.get(key)
         if hit is not None:
             return hit
         anc = self.ancestors(parent)
         anc_frames = [self.frames.frames[f] for f in anc]
-        fused = self.frames.intern(fused_frame(kp.name))
-        paths: list[tuple[int, ...]] = []
-        for trace in kp.traces:
-            cut = _context(anc_frames, trace, kp.backward)
-            path = list(anc[:cut]) + [self.frames.intern(source_frame(*f)) for f in trace]
-            if kp.backward:
-                path.append(self.bwd)
-            path.append(fused)
-            if tuple(path) not in paths:
-                paths.append(tuple(path))
-        hit = self._targets[key] = (paths, [1] * len(paths))
+        unit = math.lcm(*(len(k.traces) for k in kps)) if kps else 1
+        paths: dict[tuple[int, ...], int] = {}
+        for kp in kps:
+            fused = self.frames.intern(fused_frame(kp.name))
+            for trace in kp.traces:
+                cut = _context(anc_frames, trace, kp.backward, region)
+                path = list(anc[:cut]) + [self.frames.intern(source_frame(*f)) for f in trace]
+                if kp.backward:
+                    path.append(self.bwd)
+                path.append(fused)
+                paths[tuple(path)] = paths.get(tuple(path), 0) + unit // len(kp.traces)
+        hit = self._targets[key] = (list(paths), list(paths.values()))
         return hit
 
-    def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> tuple[list[tuple[int, ...]], list[int]] | None:
+    def _reason(self, parent: int) -> Targets:
+        return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+
+    def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> Targets | None:
         """Where unit root `i` goes, or None when it is not a unit (stays in place)."""
         cct = self.p.cct
         parent = int(cct.parent[i])
+        has_gpu = cct.inclusive[i, COL["gpu_time"]] > 0
         mod = self.prov.modules.get(parent_frame.file) if parent_frame.kind == "python" else None
         if mod is not None:
             if frame.kind == "python" and frame.file == mod.file:
@@ -178,10 +229,24 @@ class _Attributor:
             if kp is None and frame.kind in ACTIVITY_KINDS:
                 kp = mod.named(frame.name)
             if kp is not None and kp.traces:
-                return self.targets(parent, mod.file, kp)
-            if cct.inclusive[i, COL["gpu_time"]] > 0:
-                return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
-            return None
+                return self.targets(parent, mod.file, [kp])
+            return self._reason(parent) if has_gpu else None
+        reg = self.region_of(parent)
+        if reg is not None:
+            # No generated-code frame (a recording reads no Python frames while an op is open):
+            # the region's compile id names the module, the kernel's or op's name the kernel.
+            if _transparent(frame) or frame.file in self.prov.modules or (
+                    frame.kind == "op" and frame.name.startswith(REGION_PREFIX)):
+                return None
+            m = self.prov.region(reg[0], reg[1])
+            kps: list[KernelProvenance] = []
+            if m is not None and frame.kind in ("op", *ACTIVITY_KINDS):
+                kp = m.named(frame.name)
+                kps = [kp] if kp is not None else m.calling_op(frame.name)
+            kps = [k for k in kps if k.traces]
+            if kps:
+                return self.targets(parent, m.file if m else "", kps, reg[2])
+            return self._reason(parent) if has_gpu else None
         if frame.kind not in ACTIVITY_KINDS:
             return None
         anc = [self.frames.frames[f] for f in self.ancestors(parent)]
@@ -189,9 +254,8 @@ class _Attributor:
             return None
         found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
         if len(found) == 1:
-            kp = next(iter(found.values()))
-            return self.targets(parent, "", kp)
-        return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+            return self.targets(parent, "", list(found.values()))
+        return self._reason(parent)
 
     def run(self) -> Profile:
         p = self.p
@@ -305,8 +369,8 @@ def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
     if not provenance or len(profile.cct) < 2:
         return profile
     gen_files = set(provenance.modules)
-    if not any(f.kind == "python" and f.file in gen_files for f in profile.frames) and not any(
-            _CUDAGRAPH_RUNTIME.search(f.file) for f in profile.frames):
+    if not any((f.kind == "python" and f.file in gen_files) or _CUDAGRAPH_RUNTIME.search(f.file)
+               or (f.kind == "op" and f.name.startswith(REGION_PREFIX)) for f in profile.frames):
         return profile
     return _Attributor(profile, provenance).run()
 

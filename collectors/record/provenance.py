@@ -104,6 +104,23 @@ class CompiledModule:
         found = [k for k in self.kernels.values() if k.name == name]
         return found[0] if len(found) == 1 else None
 
+    def calling_op(self, op: str) -> list[KernelProvenance]:
+        """The extern and fallback kernels of this module that call aten op `op` (`aten::mm` ←
+        `extern_kernels.mm`, `aten::_scaled_dot_product_flash_attention` ←
+        `torch.ops.aten._scaled_dot_product_flash_attention.default`)."""
+        if not op.startswith("aten::"):
+            return []
+        want = op[len("aten::"):]
+        return [k for k in self.kernels.values() if _extern_op(k.name) == want]
+
+
+def _extern_op(name: str) -> str:
+    for prefix in ("extern_kernels.", "torch.ops.aten.", "aten."):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            return rest.split(".", 1)[0]
+    return ""
+
 
 def parse_trace(text: str, cwd: str = "") -> Trace:
     """`  File "m.py", line 12, in forward\\n    y = f(x)\\n` → frames, outermost first. A relative
@@ -182,6 +199,10 @@ class Provenance:
 
     def __init__(self, cwd: str | None = None) -> None:
         self.modules: dict[str, CompiledModule] = {}
+        # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
+        # `Torch-Compiled Region: ID` op around each run of a compiled frame; the backward graph
+        # is compiled in its forward's compile context, so it carries the same id.
+        self.regions: dict[tuple[str, bool], str] = {}
         # Relative files in stack traces resolve against the recording's working directory.
         self.cwd = cwd
         self._saved_level: int | None = None
@@ -245,13 +266,24 @@ class Provenance:
         if not file:
             return
         backward = bool(graph_kwargs.get("is_backward")) if hasattr(graph_kwargs, "get") else False
-        self.modules[file] = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward,
-                                             self.cwd or "")
+        mod = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward, self.cwd or "")
+        self.modules[file] = mod
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+        if cid is not None:
+            # Two compiles may generate the same file (same code, same hash): key regions apart.
+            self.regions[(str(cid), backward)] = file
 
     # -- reading -------------------------------------------------------------------------------
 
     def __bool__(self) -> bool:
         return bool(self.modules)
+
+    def region(self, compile_id: str, backward: bool) -> CompiledModule | None:
+        """The module Dynamo's compile `compile_id` produced for that direction."""
+        file = self.regions.get((compile_id, backward))
+        return self.modules.get(file) if file is not None else None
 
     def at(self, file: str, line: int) -> KernelProvenance | None:
         mod = self.modules.get(file)
@@ -268,7 +300,8 @@ class Provenance:
         return {"modules": [
             {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
              "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()}}
-            for m in self.modules.values()]}
+            for m in self.modules.values()],
+            "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
@@ -280,6 +313,8 @@ class Provenance:
                 tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
                 mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward)
             out.modules[mod.file] = mod
+        for cid, bwd, file in data.get("regions", []):
+            out.regions[(str(cid), bool(bwd))] = str(file)
         return out
 
 
