@@ -259,6 +259,13 @@ def test_region_without_generated_frames():
     mm = nodes_named(after, "aten::mm")
     assert sorted(lines_above(after, i)[-1][1] for i in mm) == [9, 13]
     assert sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in mm) == [20, 21]
+    # a replay of the graph launches sgemm with no op open: it goes where aten::mm's sgemm went
+    replayed = build([(region + [Frame("op", "aten::mm"), kernel("sgemm")], 41), (region + [kernel("sgemm")], 10)])
+    again = attribute_compiled(replayed, prov)
+    check_conserved(replayed, again)
+    leaves = [i for i in nodes_named(again, "sgemm") if again.frame_of(int(again.cct.parent[i])).name != "aten::mm"]
+    assert sorted(lines_above(again, i)[-1][1] for i in leaves) == [9, 13]
+    assert sum(int(again.cct.inclusive[i, COL["kernel_time"]]) for i in leaves) == 10
     # not in the module, and a region with no collected module: kept, with the reason
     reasons = nodes_named(after, NO_PROVENANCE.name)
     assert sorted(after.frame_of(after.cct.children(r)[0]).name for r in reasons) == ["aten::zero_", "triton_fused_0"]

@@ -1,7 +1,7 @@
 """Compiled kernels on the model lines they were generated from: a pure tree transformation.
 
-A recording puts every kernel of torch.compile'd code under the generated module's `call()`
-frame, i.e. under the compiled call's line. `attribute_compiled(profile, provenance)` moves
+A recording puts every kernel of torch.compile'd code under the compiled call's line (under
+the generated module's `call()` frame, or the `Torch-Compiled Region` op around it). `attribute_compiled(profile, provenance)` moves
 each such unit of work (the subtree under the generated-code frame at a kernel's call line:
 an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ kernel) to
 
@@ -26,10 +26,20 @@ it differentiates; the recorder already places compiled backward under the forwa
 context (its sequence-number rule), so the same cut applies, with `[backward]` (the eager
 recorder's marker) between the lines and `[fused K]`.
 
-Units under a generated-code frame whose line has no provenance keep their place; those with
-device time get an `<unattributed: no provenance>` node naming the reason. A kernel with no
-generated-code frame on its path (a CUDA-graph replay under `mode="reduce-overhead"`) beneath
-Inductor's CUDA-graph runtime is identified by name when exactly one compiled kernel has it.
+Finding the kernel of a unit, most exact first:
+1. A generated-code frame on the path: its (file, line) is a kernel's call line.
+2. Inside a `Torch-Compiled Region: ID` op with no generated-code frame (dlpt's recorder reads
+   Python frames only when no op of interest is open, and Dynamo keeps that op open around
+   the compiled frame's run): the compile id and `[backward]` name the module; the unit's
+   kernel or op name names the kernel (`triton_poi_fused_add_0`, `graph_0_cpp_fused_sum_1`), or
+   the aten op an extern kernel calls (`aten::mm` ← `extern_kernels.mm`; several such calls in
+   one module share the op's time equally). A library kernel with no op open in a region (a
+   CUDA-graph replay under `mode="reduce-overhead"`) goes where the same kernel went under an
+   aten op in that region's runs before the capture.
+3. Beneath Inductor's CUDA-graph runtime frames, by name when exactly one compiled kernel has it.
+Units without provenance keep their place; those with device time get an
+`<unattributed: no provenance>` node naming the reason (allocations' memsets, unknown regions).
+Only compiled code is touched: eager kernels never pass through these frames or ops.
 """
 
 from __future__ import annotations
@@ -158,6 +168,7 @@ class _Attributor:
         self._targets: dict[tuple, Targets] = {}
         # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
         self._region: dict[int, tuple[str, bool, int] | None] = {0: None}
+        self._learned: dict[tuple[str, bool, str], set[str]] | None = None
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -213,6 +224,22 @@ class _Attributor:
         hit = self._targets[key] = (list(paths), list(paths.values()))
         return hit
 
+    def learned(self) -> dict[tuple[str, bool, str], set[str]]:
+        """(compile id, backward, kernel name) → the aten ops that launched it in that region."""
+        if self._learned is None:
+            self._learned = {}
+            cct = self.p.cct
+            frames = self.p.frames
+            kinds = np.array([f.kind in ACTIVITY_KINDS for f in frames], dtype=bool)
+            for i in np.flatnonzero(kinds[cct.frame]).tolist():
+                op = frames[int(cct.frame[cct.parent[i]])]
+                if op.kind != "op" or not op.name.startswith("aten::") or cct.parent[i] <= 0:
+                    continue
+                reg = self.region_of(int(cct.parent[cct.parent[i]]))
+                if reg is not None:
+                    self._learned.setdefault((reg[0], reg[1], frames[int(cct.frame[i])].name), set()).add(op.name)
+        return self._learned
+
     def _reason(self, parent: int) -> Targets:
         return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
 
@@ -243,6 +270,12 @@ class _Attributor:
             if m is not None and frame.kind in ("op", *ACTIVITY_KINDS):
                 kp = m.named(frame.name)
                 kps = [kp] if kp is not None else m.calling_op(frame.name)
+                if not kps and frame.kind in ACTIVITY_KINDS:
+                    # A library kernel (cuBLAS) with no op open: a CUDA-graph replay. The runs
+                    # before the capture launched it under an aten op of this region: those ops'
+                    # extern kernels are the candidates.
+                    for op in sorted(self.learned().get((reg[0], reg[1], frame.name), ())):
+                        kps += [k for k in m.calling_op(op) if k not in kps]
             kps = [k for k in kps if k.traces]
             if kps:
                 return self.targets(parent, m.file if m else "", kps, reg[2])

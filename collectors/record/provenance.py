@@ -38,6 +38,11 @@ Why this source and not the others:
 * Walking `node.meta["stack_trace"]` from a post-grad pass hook needs the kernel → node
   grouping that only the scheduler knows: the provenance map is that grouping.
 
+Each module is also keyed by Dynamo's compile id (`CompileContext.current_compile_id()` in
+`post_compile`; the backward graph is compiled in its forward's saved compile context), which
+is the `Torch-Compiled Region: ID` op a recording shows around the compiled frame's run: where
+the path holds no generated-code frame, that op names the module.
+
 Kernel names are unique within one generated module only (every module has its
 `triton_poi_fused_add_0`), and so are handles, so everything is keyed by generated file. The
 name alone (`by_name`) serves where no generated-code frame is on the path (CUDA-graph
