@@ -1,10 +1,13 @@
 """torch.compile'd programs under `dlpt record` on a GPU (issue 13's proof). Run on the device
 machine from the repository root, with the third-party programs copied to `shared/programs/`:
 
-    python bench/gpu_compiled.py nanogpt        # nanoGPT --compile=True vs --compile=False
-    python bench/gpu_compiled.py own            # reduce-overhead and graph-break models vs eager
-    python bench/gpu_compiled.py compile-time   # compile time with and without provenance
-    python bench/gpu_compiled.py report         # all tables again from what the stages kept
+    python bench/gpu_compiled.py nanogpt        # nanoGPT --compile=True and --compile=False
+    python bench/gpu_compiled.py own            # reduce-overhead and graph-break models, and eager
+    python bench/gpu_compiled.py compile-time   # cold compile time, provenance off and on
+    python bench/gpu_compiled.py report         # the tables from what the stages kept
+    python bench/gpu_compiled.py nanogpt-eager  # or any single stage (names: see STAGES)
+
+Each device call has a 10-minute limit: run a group, or single stages, per call.
 
 Each stage prints its tables and keeps its numbers in bench/out/gpu_compiled/ (kept between
 device calls on a warm machine) and copies them to $OUT. Per program: the share of GPU time on
@@ -36,6 +39,8 @@ OUT = os.environ.get("OUT") or KEEP
 NANOGPT = os.path.join(ROOT, "shared", "programs", "nanoGPT")
 MODELS = os.path.join(ROOT, "bench", "gpu_compiled_models.py")
 WRAP = os.path.join(ROOT, "bench", "with_provenance.py")
+# Host op time stands in on a machine without a GPU (a smoke run of this script).
+METRIC = os.environ.get("DLPT_BENCH_METRIC", "gpu_time")
 NANO_ARGS = ["config/train_shakespeare_char.py", "--eval_interval=1000", "--eval_iters=5", "--log_interval=1",
              "--always_save_checkpoint=False"]
 
@@ -89,7 +94,7 @@ def line_shares(prof: object, model_file: str | None) -> dict:
     from dlpt.views import flat, prepare
 
     fv = flat(prepare(prof, False), "line")
-    col = COL["gpu_time"]
+    col = COL[METRIC]
     total = int(prof.cct.inclusive[0, col])  # type: ignore[attr-defined]
     rows = []
     for g, fr in enumerate(fv.frame):
@@ -113,9 +118,9 @@ def line_shares(prof: object, model_file: str | None) -> dict:
 
 
 def side_by_side(name: str, compiled: dict, eager: dict, top: int = 15) -> None:
-    print(f"\n{name}: compiled {compiled['non_def_pct']}% of GPU time on non-def source lines "
+    print(f"\n{name}: compiled {compiled['non_def_pct']}% of {METRIC} on non-def source lines "
           f"({compiled['model_non_def_pct']}% on model lines; top line {compiled['top_line_pct']}%), "
-          f"eager {eager['non_def_pct']}% ({eager['model_non_def_pct']}%); GPU time "
+          f"eager {eager['non_def_pct']}% ({eager['model_non_def_pct']}%); {METRIC} "
           f"{compiled['total_gpu_ms']:.1f} ms compiled, {eager['total_gpu_ms']:.1f} ms eager")
     key = (lambda r: (r["file"], r["line"]))  # noqa: E731
     e = {key(r): r for r in eager["lines"]}
@@ -138,29 +143,22 @@ def keep(stage: str, data: dict) -> None:
         shutil.copy(path, OUT)
 
 
-def stage_nanogpt(iters: int = 30) -> dict:
-    subprocess.run([sys.executable, os.path.join(ROOT, "shared", "programs", "make_nanogpt_data.py"), NANOGPT], check=True)
-    out: dict = {}
-    for mode in ("True", "False"):
-        prog = ["train.py", *NANO_ARGS, f"--compile={mode}", f"--max_iters={iters}"]
-        print(f"nanoGPT --compile={mode}", flush=True)
-        prof, by, wall = record(os.path.join(KEEP, f"nanogpt_compile{mode}.dlpt"), prog, NANOGPT)
-        out[mode] = dict(line_shares(prof, "model.py"), applied_by=by, record_wall_s=round(wall, 1))
-    side_by_side(f"nanoGPT --compile=True (provenance applied by {out['True']['applied_by']})", out["True"], out["False"])
-    return out
+def run_nanogpt(mode: str, iters: int = 30) -> dict:
+    """One nanoGPT recording, `--compile=True` or `--compile=False`."""
+    subprocess.run([sys.executable, os.path.join(ROOT, "shared", "programs", "make_nanogpt_data.py"), NANOGPT],
+                   check=True, capture_output=True)
+    prog = ["train.py", *NANO_ARGS, f"--compile={mode}", f"--max_iters={iters}"]
+    print(f"nanoGPT --compile={mode}", flush=True)
+    prof, by, wall = record(os.path.join(KEEP, f"nanogpt_compile{mode}.dlpt"), prog, NANOGPT)
+    return dict(line_shares(prof, "model.py"), applied_by=by, record_wall_s=round(wall, 1))
 
 
-def stage_own(steps: int = 30) -> dict:
-    out: dict = {}
-    for mode in ("eager", "reduce-overhead", "graph-break"):
-        print(f"own model --mode {mode}", flush=True)
-        prof, by, wall = record(os.path.join(KEEP, f"own_{mode}.dlpt"), [MODELS, "--mode", mode, "--steps", str(steps)],
-                                os.path.join(ROOT, "bench"))
-        out[mode] = dict(line_shares(prof, None), applied_by=by, record_wall_s=round(wall, 1))
-    for mode in ("reduce-overhead", "graph-break"):
-        side_by_side(f"4-block transformer, {mode} (provenance applied by {out[mode]['applied_by']})",
-                     out[mode], out["eager"])
-    return out
+def run_own(mode: str, steps: int = 30) -> dict:
+    """One recording of bench/gpu_compiled_models.py in `mode`."""
+    print(f"own model --mode {mode}", flush=True)
+    prof, by, wall = record(os.path.join(KEEP, f"own_{mode}.dlpt"), [MODELS, "--mode", mode, "--steps", str(steps)],
+                            os.path.join(ROOT, "bench"))
+    return dict(line_shares(prof, None), applied_by=by, record_wall_s=round(wall, 1))
 
 
 def _cold_run(cmd: list[str], cwd: str, with_prov: bool) -> tuple[str, float]:
@@ -178,20 +176,23 @@ def _cold_run(cmd: list[str], cwd: str, with_prov: bool) -> tuple[str, float]:
     return r.stdout, wall
 
 
-def stage_compile_time(repeats: int = 2) -> dict:
-    subprocess.run([sys.executable, os.path.join(ROOT, "shared", "programs", "make_nanogpt_data.py"), NANOGPT], check=True)
-    res: dict = {"own": {"off": [], "on": []}, "nanogpt": {"off": [], "on": []}}
+def compile_time(program: str, repeats: int) -> dict:
+    """Cold compile times of one program, provenance off and on, interleaved."""
+    if program == "nanogpt":
+        subprocess.run([sys.executable, os.path.join(ROOT, "shared", "programs", "make_nanogpt_data.py"), NANOGPT],
+                       check=True, capture_output=True)
+    res: dict = {"off": [], "on": []}
     for rep in range(repeats):
         for on in ((False, True) if rep % 2 == 0 else (True, False)):
             k = "on" if on else "off"
-            so, _ = _cold_run([MODELS, "--mode", "default", "--compile-time"], os.path.join(ROOT, "bench"), on)
-            res["own"][k].append(json.loads(so.strip().splitlines()[-1])["compile_s"])
-            so, wall = _cold_run(["train.py", *NANO_ARGS, "--compile=True", "--max_iters=1"], NANOGPT, on)
-            m = re.search(r"iter 0: loss [\d.]+, time ([\d.]+)ms", so)
-            res["nanogpt"][k].append(float(m.group(1)) / 1000 if m else wall)
-            print(f"  repeat {rep} provenance {k}: own {res['own'][k][-1]:.1f} s, nanoGPT {res['nanogpt'][k][-1]:.1f} s",
-                  flush=True)
-    print_compile_time(res)
+            if program == "own":
+                so, _ = _cold_run([MODELS, "--mode", "default", "--compile-time"], os.path.join(ROOT, "bench"), on)
+                res[k].append(json.loads(so.strip().splitlines()[-1])["compile_s"])
+            else:
+                so, wall = _cold_run(["train.py", *NANO_ARGS, "--compile=True", "--max_iters=1"], NANOGPT, on)
+                m = re.search(r"iter 0: loss [\d.]+, time ([\d.]+)ms", so)
+                res[k].append(float(m.group(1)) / 1000 if m else wall)
+            print(f"  {program} repeat {rep} provenance {k}: {res[k][-1]:.1f} s", flush=True)
     return res
 
 
@@ -209,36 +210,48 @@ def report() -> None:
         p = os.path.join(KEEP, f"{stage}.json")
         return json.load(open(p)) if os.path.exists(p) else None
 
-    n = read("nanogpt")
-    if n:
-        side_by_side(f"nanoGPT --compile=True (provenance applied by {n['True']['applied_by']})", n["True"], n["False"])
-    o = read("own")
-    if o:
-        for mode in ("reduce-overhead", "graph-break"):
-            side_by_side(f"4-block transformer, {mode}", o[mode], o["eager"])
-    c = read("compile-time")
-    if c:
-        print_compile_time(c)
+    ne, nc = read("nanogpt-eager"), read("nanogpt-compiled")
+    if ne and nc:
+        side_by_side(f"nanoGPT --compile=True (provenance applied by {nc['applied_by']})", nc, ne)
+    oe = read("own-eager")
+    for mode in ("reduce-overhead", "graph-break"):
+        o = read(f"own-{mode}")
+        if o and oe:
+            side_by_side(f"4-block transformer, {mode} (provenance applied by {o['applied_by']})", o, oe)
+    ct = {p: read(f"compile-time-{p}") for p in ("own", "nanogpt")}
+    if any(ct.values()):
+        print_compile_time({k: v for k, v in ct.items() if v})
+
+
+STAGES = {
+    "nanogpt-compiled": lambda: run_nanogpt("True"),
+    "nanogpt-eager": lambda: run_nanogpt("False"),
+    "own-eager": lambda: run_own("eager"),
+    "own-reduce-overhead": lambda: run_own("reduce-overhead"),
+    "own-graph-break": lambda: run_own("graph-break"),
+    "compile-time-own": lambda: compile_time("own", int(os.environ.get("DLPT_BENCH_REPEATS", "2"))),
+    "compile-time-nanogpt": lambda: compile_time("nanogpt", int(os.environ.get("DLPT_BENCH_REPEATS", "2"))),
+}
+GROUPS = {"nanogpt": ["nanogpt-compiled", "nanogpt-eager"],
+          "own": ["own-eager", "own-reduce-overhead", "own-graph-break"],
+          "compile-time": ["compile-time-own", "compile-time-nanogpt"]}
 
 
 def main() -> None:
-    stages = sys.argv[1:] or ["nanogpt", "own", "compile-time", "report"]
+    asked = sys.argv[1:] or [*GROUPS, "report"]
     os.makedirs(KEEP, exist_ok=True)
     import torch
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
           f"recorder applies provenance: {recorder_applies_provenance()}", flush=True)
-    for s in stages:
-        if s == "nanogpt":
-            keep(s, stage_nanogpt())
-        elif s == "own":
-            keep(s, stage_own())
-        elif s == "compile-time":
-            keep(s, stage_compile_time())
-        elif s == "report":
-            report()
-        else:
-            raise SystemExit(f"unknown stage {s!r}: nanogpt, own, compile-time, report")
+    for a in asked:
+        for s in GROUPS.get(a, [a]):
+            if s == "report":
+                continue
+            if s not in STAGES:
+                raise SystemExit(f"unknown stage {s!r}: {', '.join([*STAGES, *GROUPS, 'report'])}")
+            keep(s, STAGES[s]())
+    report()
 
 
 if __name__ == "__main__":

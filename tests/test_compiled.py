@@ -168,6 +168,8 @@ def test_fused_kernel_shared_between_its_lines():
     assert after.cct.exclusive[mm, COL["cpu_time"]] == 40
     assert not nodes_named(after, NO_PROVENANCE.name)
     assert not any(f.file == GEN for f in (after.frame_of(i) for i in range(len(after.cct))))
+    cp = after.meta["compiled_provenance"]
+    assert cp["units_placed"] == 2 and cp["units_without_provenance"] == 0 and "compiled_provenance" not in before.meta
 
 
 def test_rows_of_one_leaf_split_consistently():
@@ -207,7 +209,7 @@ def test_no_provenance_stays_with_reason():
     after = attribute_compiled(before, provenance())
     check_conserved(before, after)
     reasons = nodes_named(after, NO_PROVENANCE.name)
-    assert len(reasons) == 2
+    assert len(reasons) == 2 and after.meta["compiled_provenance"]["units_without_provenance"] == 2
     for r in reasons:
         assert after.call_path(r)[-2].file == GEN  # still under the compiled code's line
     # host-only work without provenance is left exactly where it was

@@ -169,6 +169,7 @@ class _Attributor:
         # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
         self._region: dict[int, tuple[str, bool, int] | None] = {0: None}
         self._learned: dict[tuple[str, bool, str], set[str]] | None = None
+        self.without = 0  # units kept in place under the no-provenance reason
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -241,6 +242,7 @@ class _Attributor:
         return self._learned
 
     def _reason(self, parent: int) -> Targets:
+        self.without += 1
         return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
 
     def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> Targets | None:
@@ -336,7 +338,14 @@ class _Attributor:
         nonzero = cct.inclusive.any(axis=1)
         for i in np.flatnonzero(nonzero).tolist():
             had[new_of_old[new_nodes[i]]] = True
-        return _drop(out, propagate_down(out.cct, had & ~out.cct.inclusive.any(axis=1)))
+        out = _drop(out, propagate_down(out.cct, had & ~out.cct.inclusive.any(axis=1)))
+        moved = sum(1 for i in range(n) if weights[i] is not None and weights[int(cct.parent[i])] is None)
+        # What a reader needs to trust the tree: how much was placed by provenance, how much not.
+        out.meta = {**p.meta, "compiled_provenance": {
+            "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
+            "units_placed": moved - self.without, "units_without_provenance": self.without,
+            "share": "equal between a kernel's source lines"}}
+        return out
 
     def _activities(self, new_nodes: list[list[int]], shares: dict[int, np.ndarray],
                     weights: list[list[int] | None], new_of_old: np.ndarray):  # noqa: ANN202
