@@ -18,6 +18,7 @@ from dlpt.collectors.kineto.link import BACKWARD_FRAME
 from dlpt.collectors.record.fused import (
     FUSED_PREFIX,
     NO_PROVENANCE,
+    REGION_PREFIX,
     attribute_compiled,
     fused_frame,
     fused_note,
@@ -369,6 +370,7 @@ def compiled(tmp_path_factory):
             out.backward()
             grad = net.fc.weight.grad.clone()
             cnet(x).backward()
+            cnet(torch.randn(4, 16)).backward()  # a new shape: a recompilation, new compile ids
     finally:
         profile = rec.stop()
         prov.stop()
@@ -388,8 +390,9 @@ def test_compiled_result_unchanged(compiled):
 def test_real_kernels_map_to_marked_lines(compiled):
     prov, file, lines = compiled["prov"], compiled["file"], compiled["lines"]
     mods = list(prov.modules.values())
-    # two regions (the graph break), each a forward and a backward graph
-    assert sorted(m.backward for m in mods) == [False, False, True, True]
+    # two regions (the graph break), each a forward and a backward graph, compiled twice (two shapes)
+    fwd = [m for m in mods if not m.backward]
+    assert len(fwd) >= 2 and len(mods) == 2 * len(fwd)
     seen: dict[tuple[bool, str], set[str]] = {}
     for m in mods:
         assert m.lines and all(k in m.kernels for k in m.lines.values())
@@ -464,6 +467,10 @@ def test_recorded_compiled_run_lands_on_marked_lines(compiled):
         assert after.cct.inclusive[i, COL["cpu_time"]] > 0
     # both regions (before and after the graph break), both directions, every marked line
     assert placed[False] == set(lines) and placed[True] == set(lines)
+    # the recompilation's regions were collected apart from the first compile's, and used
+    ids = {cid for cid, _ in prov.regions}
+    assert len(ids) >= 3
+    assert {REGION_PREFIX + cid for cid in ids} <= {f.name for f in prof.frames}
     # no compiled kernel is left outside a [fused] node, in the recording's compiled regions
     for i in range(len(after.cct)):
         if re.match(r"graph_\d+_cpp_fused", after.frame_of(i).name):

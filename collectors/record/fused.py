@@ -62,7 +62,8 @@ FUSED_PREFIX = "[fused "
 NO_PROVENANCE = unattributed_frame("no provenance")
 REGION_PREFIX = "Torch-Compiled Region: "
 # Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
-_CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils|compile_fx)\.py$")
+# (Not compile_fx.py: kernels benchmarked while compiling run under it, and are not the model's.)
+_CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils)\.py$")
 # Activity columns that add up (split between shares); the others (start, device...) are copied.
 _ADDITIVE = ("duration", "bytes", "count")
 
@@ -439,5 +440,5 @@ def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
     from dlpt.viewers.format import fmt_metric
 
     head = fr.name[len(FUSED_PREFIX):-1]
-    return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, split equally between the "
-            f"source lines it was generated from ({len(same)} placements): {', '.join(lines) or '?'}")
+    return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, shared between the source lines "
+            f"it was generated from ({len(same)} placements): {', '.join(lines) or '?'}")
