@@ -357,14 +357,14 @@ def compiled(tmp_path_factory):
     eager_out.backward()
     eager_grad = net.fc.weight.grad.clone()
     net.zero_grad()
-    prov = Provenance()
-    level = inductor_config.trace.provenance_tracking_level
+    prov = Provenance(cpu_kernels=True)
+    level, cpu = inductor_config.trace.provenance_tracking_level, inductor_config.cpp.enable_kernel_profile
     rec = Recorder(command="compiled-test", quiet=True)
     prov.start()
     rec.start()
     try:
-        # Profiled C++ kernels: each runs inside a RECORD_FUNCTION the recorder sees as an op.
-        with inductor_config.patch({"cpp.enable_kernel_profile": True, "fx_graph_cache": False}):
+        # cpu_kernels: each C++ kernel runs inside a RECORD_FUNCTION the recorder sees as an op.
+        with inductor_config.patch({"fx_graph_cache": False}):
             cnet = torch.compile(net)
             out = cnet(x)
             out.backward()
@@ -375,6 +375,7 @@ def compiled(tmp_path_factory):
         profile = rec.stop()
         prov.stop()
     assert inductor_config.trace.provenance_tracking_level == level
+    assert inductor_config.cpp.enable_kernel_profile == cpu
     yield {"prov": prov, "file": str(path), "lines": markers(path.read_text()), "eager": (eager_out, eager_grad),
            "compiled": (out, grad), "profile": profile}
     sys.modules.pop("net_prog", None)

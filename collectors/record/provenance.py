@@ -202,8 +202,14 @@ class Provenance:
     its `CompiledModule`. Safe to start when torch.compile is never used: nothing is compiled,
     nothing is collected."""
 
-    def __init__(self, cwd: str | None = None) -> None:
+    def __init__(self, cwd: str | None = None, cpu_kernels: bool = False) -> None:
         self.modules: dict[str, CompiledModule] = {}
+        # Inductor's C++ kernels are plain calls from the generated code: a recording sees them
+        # only with `cpp.enable_kernel_profile`, which runs each inside a RECORD_FUNCTION named
+        # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
+        # time is the metric (no GPU); Triton and extern kernels need nothing.
+        self.cpu_kernels = cpu_kernels
+        self._saved_cpu: bool | None = None
         # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
         # `Torch-Compiled Region: ID` op around each run of a compiled frame; the backward graph
         # is compiled in its forward's compile context, so it carries the same id.
@@ -230,6 +236,9 @@ class Provenance:
         if self._saved_level == 0:
             # Level 1 (the user's TORCH_COMPILE_DEBUG=1) also fills the map: leave it as it is.
             inductor_config.trace.provenance_tracking_level = 2
+        if self.cpu_kernels:
+            self._saved_cpu = inductor_config.cpp.enable_kernel_profile
+            inductor_config.cpp.enable_kernel_profile = True
         original = CompiledFxGraph.post_compile
         collector = self
 
@@ -255,6 +264,9 @@ class Provenance:
         if self._saved_level is not None:
             inductor_config.trace.provenance_tracking_level = self._saved_level
             self._saved_level = None
+        if self._saved_cpu is not None:
+            inductor_config.cpp.enable_kernel_profile = self._saved_cpu
+            self._saved_cpu = None
 
     def __enter__(self) -> Provenance:
         self.start()
