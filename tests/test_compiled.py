@@ -508,3 +508,39 @@ def test_tui_detail_shows_the_whole_fused_kernel():
     text = asyncio.run(run())
     assert "triton_fused_0" in text and "3.0" in text
     assert all(f"model.py:{ln}" in text for ln in (10, 11, 12))
+
+
+CACHED = '''
+import torch
+
+
+def f(x):
+    return torch.relu(x) * 2 + 1  # LINE: f
+'''
+
+
+def test_warm_compile_cache_still_gives_provenance(tmp_path):
+    """Inductor leaves `trace.*` out of its cache keys: a graph cached by an unrecorded run would
+    come back without provenance. The recorded run must compile (or find) its own entry."""
+    torch = pytest.importorskip("torch")
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import fresh_cache
+
+    path = tmp_path / "cached_prog.py"
+    path.write_text(textwrap.dedent(CACHED))
+    spec = importlib.util.spec_from_file_location("cached_prog", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = torch.randn(64)
+    before = inductor_config.post_grad_custom_post_pass
+    with fresh_cache(), inductor_config.patch({"fx_graph_cache": True}):
+        torch._dynamo.reset()
+        torch.compile(mod.f)(x)  # an unrecorded run fills the cache
+        torch._dynamo.reset()
+        with Provenance() as prov:
+            out = torch.compile(mod.f)(x)
+    assert inductor_config.post_grad_custom_post_pass is before
+    torch.testing.assert_close(out, mod.f(x))
+    line = markers(path.read_text())["f"]
+    kernels = [k for m in prov.modules.values() for k in m.kernels.values()]
+    assert kernels and all(k.traces and k.lines()[-1].line == line for k in kernels)

@@ -48,9 +48,14 @@ Kernel names are unique within one generated module only (every module has its
 name alone (`by_name`) serves where no generated-code frame is on the path (CUDA-graph
 replays under `mode="reduce-overhead"`); the attribution uses it only when it is unambiguous.
 
+Inductor leaves `trace.*` config out of its cache keys: a graph cached by an unrecorded run
+would be served without provenance. `start()` therefore installs a post-grad custom pass that
+does nothing but add dlpt's mark to the key (`_marked_pass`): recorded runs get cache entries
+of their own, compiled with provenance (cold the first time, warm after).
+
 Nothing here changes what the program computes: level 2 adds comments to generated code and
-a dict to the compile; the wrapper around `post_compile` only reads. The compile-cache key
-changes, so the first recorded run of a program recompiles what an unrecorded run had cached.
+a dict to the compile; the mark pass does nothing; the wrapper around `post_compile` only
+reads.
 """
 
 from __future__ import annotations
@@ -209,6 +214,8 @@ class Provenance:
         # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
         # time is the metric (no GPU); Triton and extern kernels need nothing.
         self.cpu_kernels = cpu_kernels
+        self._saved_pass: Any = None
+        self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
         self._saved_cpu: bool | None = None
         # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
         # `Torch-Compiled Region: ID` op around each run of a compiled frame; the backward graph
@@ -239,14 +246,18 @@ class Provenance:
         if self.cpu_kernels:
             self._saved_cpu = inductor_config.cpp.enable_kernel_profile
             inductor_config.cpp.enable_kernel_profile = True
+        self._saved_pass = inductor_config.post_grad_custom_post_pass
+        marked = _marked_pass(self._saved_pass)
+        if marked is not None:
+            inductor_config.post_grad_custom_post_pass = marked
         original = CompiledFxGraph.post_compile
         collector = self
 
         def post_compile(graph: Any, example_inputs: Any, constants: Any, graph_kwargs: Any) -> Any:
             try:
                 collector._collect(graph, graph_kwargs)
-            except Exception:  # noqa: BLE001 - provenance is an extra; never break the program's compile
-                pass
+            except Exception as e:  # noqa: BLE001 - provenance is an extra; never break the program's compile
+                collector.errors.append(f"{type(e).__name__}: {e}")
             return original(graph, example_inputs, constants, graph_kwargs)
 
         post_compile.__wrapped__ = original  # type: ignore[attr-defined]
@@ -261,6 +272,8 @@ class Provenance:
 
         self._owner.post_compile = self._original
         self._original = self._owner = None
+        inductor_config.post_grad_custom_post_pass = self._saved_pass
+        self._saved_pass = None
         if self._saved_level is not None:
             inductor_config.trace.provenance_tracking_level = self._saved_level
             self._saved_level = None
@@ -333,6 +346,35 @@ class Provenance:
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)
         return out
+
+
+MARK = "dlpt-provenance/1"
+
+
+def _marked_pass(current: Any) -> Any:
+    """A post-grad custom pass that changes nothing but the compile-cache key.
+
+    Inductor leaves `trace.*` config out of its FX-graph and AOTAutograd cache keys, so a graph
+    cached by a run without provenance would be served to a recorded run: no comments, no map.
+    A custom pass's `uuid()` is part of the key: with dlpt's mark, recorded runs get entries of
+    their own, made with provenance (cold the first time, warm after). A user's own pass keeps
+    running inside it; a plain callable already disables caching and is left alone (None)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Marked(CustomGraphPass):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __call__(self, graph: Any) -> None:
+            if self.inner is not None:
+                self.inner(graph)
+
+        def uuid(self) -> Any:
+            return (MARK, self.inner.uuid()) if self.inner is not None else MARK
+
+    if current is None or isinstance(current, CustomGraphPass):
+        return Marked(current)
+    return None
 
 
 def _module_file(graph: Any) -> str:
