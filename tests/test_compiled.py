@@ -544,3 +544,40 @@ def test_warm_compile_cache_still_gives_provenance(tmp_path):
     line = markers(path.read_text())["f"]
     kernels = [k for m in prov.modules.values() for k in m.kernels.values()]
     assert kernels and all(k.traces and k.lines()[-1].line == line for k in kernels)
+
+
+LAZY = '''
+import json, sys
+import torch
+from dlpt.collectors.record.provenance import Provenance
+
+prov = Provenance()
+prov.start()
+before = "torch._inductor.config" in sys.modules
+
+
+def f(x):
+    return torch.sigmoid(x) * 3  # LINE: f
+
+
+torch.compile(f)(torch.randn(8))
+prov.stop()
+lines = sorted({fr.line for m in prov.modules.values() for k in m.kernels.values() for fr in k.lines()})
+print(json.dumps({"imported_at_start": before, "lines": lines}))
+'''
+
+
+def test_start_does_not_import_inductor_until_the_program_does(tmp_path):
+    """Importing Inductor costs a second or more: a program that never compiles must not pay it;
+    one that does still gets provenance, the hook installing itself as Inductor loads."""
+    import json
+    import subprocess
+
+    pytest.importorskip("torch")
+    path = tmp_path / "lazy_prog.py"
+    path.write_text(textwrap.dedent(LAZY))
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["imported_at_start"] is False
+    assert got["lines"] == [markers(path.read_text())["f"]]

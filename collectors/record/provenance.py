@@ -60,9 +60,11 @@ reads.
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -215,6 +217,7 @@ class Provenance:
         # time is the metric (no GPU); Triton and extern kernels need nothing.
         self.cpu_kernels = cpu_kernels
         self._saved_pass: Any = None
+        self._waiting: _AfterImport | None = None
         self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
         self._saved_cpu: bool | None = None
         # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
@@ -231,11 +234,25 @@ class Provenance:
 
     def start(self) -> None:
         """Turn Inductor's basic provenance tracking on and watch compiled graphs appear. Call it
-        before the program compiles anything (a graph compiled earlier has no provenance)."""
-        if self._original is not None:
+        before the program compiles anything (a graph compiled earlier has no provenance).
+
+        Importing Inductor costs a second or more, which a program that never compiles should
+        not pay: until the program imports it (torch.compile does, before compiling anything),
+        only an import hook waits for `torch._inductor.output_code`."""
+        if self._original is not None or self._waiting is not None:
             return
         if self.cwd is None:
             self.cwd = os.getcwd()
+        if _WATCHED in sys.modules:
+            self._install()
+        else:
+            self._waiting = _AfterImport(_WATCHED, self._install)
+            sys.meta_path.insert(0, self._waiting)
+
+    def _install(self) -> None:
+        self._waiting_done()
+        if self._original is not None:
+            return
         import torch._inductor.config as inductor_config
         from torch._inductor.output_code import CompiledFxGraph
 
@@ -264,8 +281,15 @@ class Provenance:
         self._original, self._owner = original, CompiledFxGraph
         CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
 
+    def _waiting_done(self) -> None:
+        if self._waiting is not None:
+            if self._waiting in sys.meta_path:
+                sys.meta_path.remove(self._waiting)
+            self._waiting = None
+
     def stop(self) -> None:
         """Restore Inductor's config and `post_compile`; what was collected stays."""
+        self._waiting_done()
         if self._original is None:
             return
         import torch._inductor.config as inductor_config
@@ -346,6 +370,42 @@ class Provenance:
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)
         return out
+
+
+_WATCHED = "torch._inductor.output_code"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `then()` right after module `name` has been executed by its first import."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _ThenLoader(spec.loader, self.then)
+                return spec
+        return None
+
+
+class _ThenLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, then: Any) -> None:
+        self.inner = inner
+        self.then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        self.then()
 
 
 MARK = "dlpt-provenance/1"
