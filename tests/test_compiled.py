@@ -298,7 +298,11 @@ def test_note_and_store_roundtrip(tmp_path):
 
 def test_provenance_roundtrip_and_parsers():
     prov = provenance()
+    prov.regions[("0/0", False)] = GEN
+    snap = prov.snapshot()
+    assert snap.modules == prov.modules and snap.regions == prov.regions and snap.modules is not prov.modules
     back = Provenance.from_dict(prov.to_dict())
+    assert back.regions == prov.regions
     assert back.modules[GEN2].backward and back.at(GEN, 52).traces == tr(9)
     t = parse_trace('  File "/a/m.py", line 12, in forward\n    y = f(x)\n        ^^^^\n'
                     '  File "/a/n.py", line 3, in f\n    return x\n')

@@ -65,6 +65,7 @@ import json
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -218,6 +219,7 @@ class Provenance:
         self.cpu_kernels = cpu_kernels
         self._saved_pass: Any = None
         self._waiting: _AfterImport | None = None
+        self._lock = threading.Lock()
         self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
         self._saved_cpu: bool | None = None
         # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
@@ -321,13 +323,22 @@ class Provenance:
             return
         backward = bool(graph_kwargs.get("is_backward")) if hasattr(graph_kwargs, "get") else False
         mod = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward, self.cwd or "")
-        self.modules[file] = mod
         from torch._guards import CompileContext
 
         cid = CompileContext.current_compile_id()
-        if cid is not None:
-            # Two compiles may generate the same file (same code, same hash): key regions apart.
-            self.regions[(str(cid), backward)] = file
+        with self._lock:
+            self.modules[file] = mod
+            if cid is not None:
+                # Two compiles may generate the same file (same code, same hash): key regions apart.
+                self.regions[(str(cid), backward)] = file
+
+    def snapshot(self) -> Provenance:
+        """A copy to read while the program may still be compiling (a profile snapshot's thread)."""
+        out = Provenance(self.cwd)
+        with self._lock:
+            out.modules = dict(self.modules)
+            out.regions = dict(self.regions)
+        return out
 
     # -- reading -------------------------------------------------------------------------------
 
