@@ -1,9 +1,9 @@
 """Compiled kernels on the model lines they were generated from: a pure tree transformation.
 
 A recording puts every kernel of torch.compile'd code under the compiled call's line (under
-the generated module's `call()` frame, or the `Torch-Compiled Region` op around it). `attribute_compiled(profile, provenance)` moves
-each such unit of work (the subtree under the generated-code frame at a kernel's call line:
-an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ kernel) to
+the generated module's `call()` frame, or the `Torch-Compiled Region` op around it).
+`attribute_compiled(profile, provenance)` moves each such unit of work (the subtree of one
+kernel call: an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ kernel) to
 
     compiled call's context → model frames of the stack trace → [backward]? → [fused K] → unit
 
@@ -16,7 +16,8 @@ never reach memory), so a weighting would assign the memory traffic of one load 
 node happened to read it first. An equal split is what the data supports, is easy to state,
 and the `[fused K]` node's detail (`fused_note`) shows the kernel's full time and every line
 it spans, so nothing is hidden. Every metric column of every moved node is split into
-integers by the largest-remainder rule, so shares sum to the original to the nanosecond; the
+integers by the largest-remainder rule, so shares sum to the original to the nanosecond (counts
+too: one launch shared by three lines counts 1, 0, 0, so totals stay the launches made); the
 activity rows are split so that each moved leaf's rows still sum to its metrics.
 
 Placement of the context: the stack trace's outermost frame is the compiled function itself
@@ -24,7 +25,8 @@ Placement of the context: the stack trace's outermost frame is the compiled func
 innermost occurrence is the call's context. A backward kernel's traces are the forward lines
 it differentiates; the recorder already places compiled backward under the forward call's
 context (its sequence-number rule), so the same cut applies, with `[backward]` (the eager
-recorder's marker) between the lines and `[fused K]`.
+recorder's marker) between the lines and `[fused K]`. Found through a region op (below), the
+context is everything above that op.
 
 Finding the kernel of a unit, most exact first:
 1. A generated-code frame on the path: its (file, line) is a kernel's call line.
@@ -39,7 +41,10 @@ Finding the kernel of a unit, most exact first:
 3. Beneath Inductor's CUDA-graph runtime frames, by name when exactly one compiled kernel has it.
 Units without provenance keep their place; those with device time get an
 `<unattributed: no provenance>` node naming the reason (allocations' memsets, unknown regions).
-Only compiled code is touched: eager kernels never pass through these frames or ops.
+Eager code never passes through generated frames or region ops, with one exception: eager ops
+run inside a region (code between the graphs of a frame a graph break split) look like the
+region's own; an eager `aten::mm` there is shared between the module's extern mm lines. A
+recorder that reads Python frames inside regions gives them their own lines (rule 1 then).
 """
 
 from __future__ import annotations
