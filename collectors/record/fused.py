@@ -55,7 +55,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from dlpt.cct import CCT, TreeBuilder, sum_rows
+from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.provenance import KernelProvenance, Provenance, Trace
 from dlpt.frames import ACTIVITY_KINDS, Frame, is_library, short_path
@@ -176,6 +176,7 @@ class _Attributor:
         self._region: dict[int, tuple[str, bool, int] | None] = {0: None}
         self._learned: dict[tuple[str, bool, str], set[str]] | None = None
         self.without = 0  # units kept in place under the no-provenance reason
+        self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -288,64 +289,106 @@ class _Attributor:
             if kps:
                 return self.targets(parent, m.file if m else "", kps, reg[2])
             return self._reason(parent) if has_gpu else None
-        if frame.kind not in ACTIVITY_KINDS:
-            return None
-        anc = [self.frames.frames[f] for f in self.ancestors(parent)]
-        if any(f.file in self.prov.modules for f in anc) or not any(_CUDAGRAPH_RUNTIME.search(f.file) for f in anc):
+        if frame.kind not in ACTIVITY_KINDS or not self.replayed[i]:
             return None
         found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
         if len(found) == 1:
             return self.targets(parent, "", list(found.values()))
         return self._reason(parent)
 
+    def _candidates(self) -> np.ndarray:
+        """Nodes that may be units, in numpy: children of generated-code frames, nodes inside a
+        region op, device leaves beneath Inductor's CUDA-graph runtime (and no generated frame).
+        The per-node rules then run on these only, not on the whole recording."""
+        cct = self.p.cct
+        frames = self.p.frames
+        gen = np.fromiter((f.kind == "python" and f.file in self.prov.modules for f in frames), bool, len(frames))
+        region = np.fromiter((f.kind == "op" and f.name.startswith(REGION_PREFIX) for f in frames), bool, len(frames))
+        graph = np.fromiter((bool(_CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
+        leaf = np.fromiter((f.kind in ACTIVITY_KINDS for f in frames), bool, len(frames))
+        par = np.maximum(cct.parent, 0)
+        under_gen = propagate_down(cct, gen[cct.frame])
+        self.replayed = leaf[cct.frame] & propagate_down(cct, graph[cct.frame])[par] & ~under_gen[par]
+        cand = gen[cct.frame][par] | propagate_down(cct, region[cct.frame])[par] | self.replayed
+        cand[0] = False
+        return cand
+
     def run(self) -> Profile:
+        """The old tree keeps its node ids; units are copied under their new paths (appended),
+        and the whole is renumbered in preorder once: Python work only for the units' nodes."""
         p = self.p
         cct = p.cct
         n = len(cct)
         frames = self.frames.frames
-        b = TreeBuilder(int(cct.frame[0]))
-        new_nodes: list[list[int]] = [[0]] + [[] for _ in range(n - 1)]
-        weights: list[list[int] | None] = [None] * n
         parent = cct.parent.tolist()
         frame_ids = cct.frame.tolist()
-        for i in range(1, n):
-            par = parent[i]
-            f = frame_ids[i]
-            if weights[par] is not None:
-                weights[i] = weights[par]
-                new_nodes[i] = [b.child(q, f) for q in new_nodes[par]]
-                continue
-            unit = self.resolve(i, frames[frame_ids[par]], frames[f]) if par > 0 else None
+        new_parent, new_frame = list(parent), list(frame_ids)
+        edges = dict(zip(zip(parent, frame_ids), range(n)))  # a trie: (parent, frame) is unique
+
+        def child(q: int, f: int) -> int:
+            c = edges.get((q, f))
+            if c is None:
+                c = edges[(q, f)] = len(new_parent)
+                new_parent.append(q)
+                new_frame.append(f)
+            return c
+
+        first = np.arange(n, dtype=np.int64)  # each old node's (first) place, before renumbering
+        copies: dict[int, list[int]] = {}
+        weights: dict[int, list[int]] = {}
+        end = cct.end
+        skip = 0
+        for i in np.flatnonzero(self._candidates()).tolist():
+            if i < skip:
+                continue  # inside a unit already moved
+            unit = self.resolve(i, frames[frame_ids[parent[i]]], frames[frame_ids[i]])
             if unit is None:
-                new_nodes[i] = [b.child(new_nodes[par][0], f)]
-            else:
-                paths, w = unit
-                new_nodes[i] = [b.child(b.path(pth), f) for pth in paths]
-                weights[i] = w
-        bparent, bframe, new_of_old = b.preorder()
-        idx: list[int] = []
-        rows: list[np.ndarray] = []
+                continue
+            paths, w = unit
+            skip = int(end[i])
+            bases = []
+            for pth in paths:
+                q = 0
+                for f in pth:
+                    q = child(q, f)
+                bases.append(q)
+            placed: dict[int, list[int]] = {}
+            for j in range(i, skip):
+                ups = bases if j == i else placed[parent[j]]
+                placed[j] = [child(q, frame_ids[j]) for q in ups]
+                weights[j] = w
+                first[j] = placed[j][0]
+                if len(ups) > 1:
+                    copies[j] = placed[j]
+        bparent, bframe, new_of_old = renumber(np.asarray(new_parent, dtype=np.int64),
+                                               np.asarray(new_frame, dtype=np.int64))
         shares: dict[int, np.ndarray] = {}
-        for i in range(n):
-            w = weights[i]
-            if w is None or len(new_nodes[i]) == 1:
-                idx.append(new_nodes[i][0])
-                rows.append(cct.exclusive[i][None, :])
-            else:
-                s = shares[i] = split_int(cct.exclusive[i], w)
-                idx.extend(new_nodes[i])
+        idx = [first]
+        rows = [cct.exclusive]
+        if copies:
+            multi = np.fromiter(copies, dtype=np.int64, count=len(copies))
+            rows[0] = cct.exclusive.copy()
+            rows[0][multi] = 0
+            for i, ids in copies.items():
+                s = shares[i] = split_int(cct.exclusive[i], weights[i])
+                idx.append(np.asarray(ids, dtype=np.int64))
                 rows.append(s)
-        exc = sum_rows(new_of_old[np.asarray(idx, dtype=np.int64)], np.concatenate(rows), len(bparent))
-        acts = self._activities(new_nodes, shares, weights, new_of_old)
+        exc = sum_rows(new_of_old[np.concatenate(idx)], np.concatenate(rows), len(bparent))
+        acts = self._activities(first, copies, shares, weights, new_of_old)
         out = replace(p, frames=frames, cct=CCT(bparent, bframe, exc), activities=acts)
         # The generated-code frames the units left are empty now: drop them (and only them), so
         # the compiled call's line does not keep a row of zeros per kernel call.
-        had = np.zeros(len(bparent), dtype=bool)
         nonzero = cct.inclusive.any(axis=1)
-        for i in np.flatnonzero(nonzero).tolist():
-            had[new_of_old[new_nodes[i]]] = True
-        out = _drop(out, propagate_down(out.cct, had & ~out.cct.inclusive.any(axis=1)))
-        moved = sum(1 for i in range(n) if weights[i] is not None and weights[int(cct.parent[i])] is None)
+        had = np.zeros(len(bparent), dtype=bool)
+        had[new_of_old[first[nonzero]]] = True
+        for i, ids in copies.items():
+            if nonzero[i]:
+                had[new_of_old[ids]] = True
+        drop = had & ~out.cct.inclusive.any(axis=1)
+        if weights:  # the moved units' old places
+            drop[new_of_old[np.fromiter(weights, dtype=np.int64, count=len(weights))]] = True
+        out = _drop(out, propagate_down(out.cct, drop))
+        moved = sum(1 for i in weights if parent[i] not in weights)
         # What a reader needs to trust the tree: how much was placed by provenance, how much not.
         out.meta = {**p.meta, "compiled_provenance": {
             "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
@@ -353,14 +396,13 @@ class _Attributor:
             "share": "equal between a kernel's source lines"}}
         return out
 
-    def _activities(self, new_nodes: list[list[int]], shares: dict[int, np.ndarray],
-                    weights: list[list[int] | None], new_of_old: np.ndarray):  # noqa: ANN202
+    def _activities(self, first: np.ndarray, copies: dict[int, list[int]], shares: dict[int, np.ndarray],
+                    weights: dict[int, list[int]], new_of_old: np.ndarray):  # noqa: ANN202
         a = self.p.activities
         cols = {f.name: getattr(a, f.name) for f in fields(a)}
-        first = np.array([nn[0] for nn in new_nodes], dtype=np.int64)
         if not len(a):
-            return replace(a, node=new_of_old[first[a.node]] if len(a.node) else a.node)
-        split_rows = np.flatnonzero(np.array([len(new_nodes[i]) > 1 for i in a.node.tolist()], dtype=bool))
+            return a
+        split_rows = np.flatnonzero(np.isin(a.node, np.fromiter(copies, dtype=np.int64, count=len(copies))))
         keep = np.ones(len(a), dtype=bool)
         keep[split_rows] = False
         out = {k: [v[keep]] for k, v in cols.items()}
@@ -370,7 +412,7 @@ class _Attributor:
         for g in groups:
             node = int(a.node[g[0]])
             kind = int(a.kind[g[0]])
-            k = len(new_nodes[node])
+            k = len(copies[node])
             parts: dict[str, np.ndarray] = {}
             for name in _ADDITIVE:
                 if name not in cols:
@@ -381,11 +423,10 @@ class _Attributor:
                 if target is not None and int(target.sum()) == int(vals.sum()):
                     parts[name] = transport(vals, target)  # (rows, shares)
                 else:
-                    w = weights[node] or [1] * k
-                    parts[name] = split_int(vals, w).T
+                    parts[name] = split_int(vals, weights[node]).T
             for name, v in cols.items():
                 if name == "node":
-                    out[name].append(np.repeat(np.array([new_of_old[q] for q in new_nodes[node]])[None, :], len(g), 0).ravel())
+                    out[name].append(np.tile(new_of_old[np.asarray(copies[node], dtype=np.int64)], len(g)))
                 elif name in parts:
                     out[name].append(parts[name].ravel())
                 else:
