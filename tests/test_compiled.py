@@ -585,3 +585,47 @@ def test_start_does_not_import_inductor_until_the_program_does(tmp_path):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["imported_at_start"] is False
     assert got["lines"] == [markers(path.read_text())["f"]]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_profiles_conserve_everything(seed):
+    """Random mixes of eager paths, generated-code calls with 0-4 source lines, backward units,
+    region units and several launches per leaf: totals, activity rows and counts all hold."""
+    rng = np.random.default_rng(seed)
+    prov = Provenance()
+    mod = CompiledModule(GEN, False)
+    bmod = CompiledModule(GEN2, True)
+    for m in (mod, bmod):
+        for ln in range(40, 60):
+            key = f"k{ln}:{ln}"
+            m.lines[ln] = key
+            m.kernels[key] = KernelProvenance(key, f"k{ln}", tr(*rng.choice(np.arange(10, 20), rng.integers(0, 5), replace=False)),
+                                              m.backward)
+    prov.modules = {GEN: mod, GEN2: bmod}
+    prov.regions = {("0/0", False): GEN, ("0/0", True): GEN2}
+    paths = []
+    for _ in range(int(rng.integers(5, 60))):
+        ns = int(rng.integers(0, 10**9))
+        ln = int(rng.integers(38, 62))
+        r = rng.integers(0, 4)
+        if r == 0:
+            paths.append(([py("/home/u/train.py", ln, "<module>"), Frame("op", "aten::add"), kernel("eager_k")], ns))
+        elif r == 1:
+            paths.append((CALL + [py(GEN, ln, "call"), kernel(f"k{ln}")], ns))
+        elif r == 2:
+            paths.append((CALL[:3] + [Frame("op", "CompiledFunction"), BACKWARD_FRAME, py(GEN2, ln, "call"),
+                                      Frame("op", "aten::mm"), kernel("gemm")], ns))
+        else:
+            paths.append((CALL[:2] + [Frame("op", "Torch-Compiled Region: 0/0"), kernel(f"k{ln}")], ns))
+    before = build(paths, cpu={len(CALL): int(rng.integers(0, 1000))})
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    for i in range(len(after.cct)):
+        f = after.frame_of(i)
+        if f.name.startswith(FUSED_PREFIX):
+            assert after.call_path(i)[-2].kind in ("python", "backward")
+    # eager work is untouched
+    eager = [i for i in range(len(before.cct)) if before.frame_of(i).name == "eager_k"]
+    eager_after = [i for i in range(len(after.cct)) if after.frame_of(i).name == "eager_k"]
+    assert sorted(before.cct.inclusive[eager, COL["kernel_time"]].tolist()) == \
+        sorted(after.cct.inclusive[eager_after, COL["kernel_time"]].tolist())
