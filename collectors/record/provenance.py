@@ -169,10 +169,10 @@ def call_lines(source: str) -> dict[int, str]:
     while i < len(src):
         s = src[i].strip()
         k = s.find(HANDLE_COMMENT)
-        if s.startswith("#") and k >= 0:
+        if s.startswith(("#", "//")) and k >= 0:  # `//` in C++ wrapper code (cpp_wrapper)
             key = s[k + len(HANDLE_COMMENT):].strip()
             j = i + 1
-            while j < len(src) and (not src[j].strip() or src[j].strip().startswith("#")):
+            while j < len(src) and (not src[j].strip() or src[j].strip().startswith(("#", "//"))):
                 j += 1
             if j < len(src):
                 end = _statement_end(src, j)
