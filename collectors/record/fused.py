@@ -57,7 +57,7 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
-from dlpt.collectors.record.provenance import KernelProvenance, Provenance, Trace
+from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace
 from dlpt.frames import ACTIVITY_KINDS, Frame, is_library, short_path
 from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
 from dlpt.profile import Profile
@@ -161,6 +161,7 @@ def _transparent(f: Frame) -> bool:
 
 _WRAPPER_OPS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
 Targets = tuple[list[tuple[int, ...]], list[int]]
+Region = tuple[tuple[str, ...], bool, int]  # (compile ids, under [backward], depth of the anchor op)
 
 
 class _Attributor:
@@ -173,8 +174,8 @@ class _Attributor:
         self._anc: dict[int, list[int]] = {}
         self._targets: dict[tuple, Targets] = {}
         # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
-        self._region: dict[int, tuple[str, bool, int] | None] = {0: None}
-        self._learned: dict[tuple[str, bool, str], set[str]] | None = None
+        self._region: dict[int, Region | None] = {0: None}
+        self._learned: dict[tuple[str, str], list[KernelProvenance]] | None = None
         self.without = 0  # units kept in place under the no-provenance reason
         self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
 
@@ -186,8 +187,11 @@ class _Attributor:
             a = self._anc[node] = [int(cct.frame[i]) for i in cct.path(node)]
         return a
 
-    def region_of(self, node: int) -> tuple[str, bool, int] | None:
-        """The compiled region `node` lies in with only transparent frames between, if any."""
+    def region_of(self, node: int) -> Region | None:
+        """The compiled region `node` lies in with only transparent frames between, if any: a
+        `Torch-Compiled Region: ID` op, or a `CompiledFunction` op (where the recorder shows no
+        region op: backward ops are placed under it by sequence number, with no frames), whose
+        compile ids are those of the forward modules run beside it (under the same parent)."""
         hit = self._region.get(node, False)
         if hit is not False:
             return hit  # type: ignore[return-value]
@@ -201,13 +205,30 @@ class _Attributor:
         for n in reversed(chain):
             f = self.p.frames[int(cct.frame[n])]
             if f.kind == "op" and f.name.startswith(REGION_PREFIX):
-                r = (f.name[len(REGION_PREFIX):].strip(), False, int(cct.depth[n]) - 1)
+                r = ((f.name[len(REGION_PREFIX):].strip(),), False, int(cct.depth[n]) - 1)
+            elif f.kind == "op" and f.name == "CompiledFunction" and r is None:
+                ids = self._forward_ids(int(cct.parent[n]))
+                r = (ids, False, int(cct.depth[n]) - 1) if ids else None
             elif r is not None and _transparent(f):
                 r = (r[0], r[1] or f.kind == "backward", r[2])
             else:
                 r = None
             self._region[n] = r
         return self._region[node]
+
+    def _forward_ids(self, node: int) -> tuple[str, ...]:
+        """Compile ids of the forward modules whose generated code ran in `node`'s subtree."""
+        cct = self.p.cct
+        files = {self.p.frames[f].file for f in set(cct.frame[node:int(cct.end[node])].tolist())}
+        return tuple(sorted({cid for (cid, bwd), file in self.prov.regions.items() if not bwd and file in files}))
+
+    def modules_of(self, reg: Region) -> list[CompiledModule]:
+        out: list[CompiledModule] = []
+        for cid in reg[0]:
+            m = self.prov.region(cid, reg[1])
+            if m is not None and m not in out:
+                out.append(m)
+        return out
 
     def targets(self, parent: int, module: str, kps: list[KernelProvenance], region: int | None = None) -> Targets:
         """New parent paths (frame ids) and integer weights for a unit found under node `parent`
@@ -232,20 +253,32 @@ class _Attributor:
         hit = self._targets[key] = (list(paths), list(paths.values()))
         return hit
 
-    def learned(self) -> dict[tuple[str, bool, str], set[str]]:
-        """(compile id, backward, kernel name) → the aten ops that launched it in that region."""
+    def learned(self) -> dict[tuple[str, str], list[KernelProvenance]]:
+        """(module file, device kernel name) → the extern kernels whose aten op launched it, in
+        the runs before a CUDA-graph capture: how a replayed cuBLAS kernel is recognised."""
         if self._learned is None:
-            self._learned = {}
+            learned: dict[tuple[str, str], list[KernelProvenance]] = {}
             cct = self.p.cct
             frames = self.p.frames
             kinds = np.array([f.kind in ACTIVITY_KINDS for f in frames], dtype=bool)
             for i in np.flatnonzero(kinds[cct.frame]).tolist():
-                op = frames[int(cct.frame[cct.parent[i]])]
-                if op.kind != "op" or not op.name.startswith("aten::") or cct.parent[i] <= 0:
+                up = int(cct.parent[i])
+                op = frames[int(cct.frame[up])]
+                if up <= 0 or op.kind != "op" or not op.name.startswith("aten::"):
                     continue
-                reg = self.region_of(int(cct.parent[cct.parent[i]]))
-                if reg is not None:
-                    self._learned.setdefault((reg[0], reg[1], frames[int(cct.frame[i])].name), set()).add(op.name)
+                gen = frames[int(cct.frame[cct.parent[up]])]
+                mod = self.prov.modules.get(gen.file) if gen.kind == "python" else None
+                if mod is not None:
+                    kp = mod.at_line(gen.line)
+                    pairs = [(mod, [kp] if kp is not None else [])]
+                else:
+                    reg = self.region_of(int(cct.parent[up]))
+                    pairs = [(m, m.calling_op(op.name)) for m in self.modules_of(reg)] if reg is not None else []
+                name = frames[int(cct.frame[i])].name
+                for m, ks in pairs:
+                    have = learned.setdefault((m.file, name), [])
+                    have += [k for k in ks if k not in have]
+            self._learned = learned
         return self._learned
 
     def _reason(self, parent: int) -> Targets:
@@ -274,26 +307,29 @@ class _Attributor:
             if _transparent(frame) or frame.file in self.prov.modules or (
                     frame.kind == "op" and frame.name.startswith(REGION_PREFIX)):
                 return None
-            m = self.prov.region(reg[0], reg[1])
+            mods = self.modules_of(reg)
             kps: list[KernelProvenance] = []
-            if m is not None and frame.kind in ("op", *ACTIVITY_KINDS):
-                kp = m.named(frame.name)
-                kps = [kp] if kp is not None else m.calling_op(frame.name)
+            if frame.kind in ("op", *ACTIVITY_KINDS):
+                named = [k for m in mods for k in [m.named(frame.name)] if k is not None]
+                kps = named or [k for m in mods for k in m.calling_op(frame.name)]
                 if not kps and frame.kind in ACTIVITY_KINDS:
                     # A library kernel (cuBLAS) with no op open: a CUDA-graph replay. The runs
-                    # before the capture launched it under an aten op of this region: those ops'
-                    # extern kernels are the candidates.
-                    for op in sorted(self.learned().get((reg[0], reg[1], frame.name), ())):
-                        kps += [k for k in m.calling_op(op) if k not in kps]
+                    # before the capture launched it under an aten op: those calls are the candidates.
+                    kps = [k for m in mods for k in self.learned().get((m.file, frame.name), [])]
             kps = [k for k in kps if k.traces]
             if kps:
-                return self.targets(parent, m.file if m else "", kps, reg[2])
+                return self.targets(parent, "|".join(m.file for m in mods), kps, reg[2])
             return self._reason(parent) if has_gpu else None
         if frame.kind not in ACTIVITY_KINDS or not self.replayed[i]:
             return None
         found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
         if len(found) == 1:
             return self.targets(parent, "", list(found.values()))
+        backward = BACKWARD_FRAME in [self.frames.frames[f] for f in self.ancestors(parent)]
+        kps = [k for (_, name), ks in self.learned().items() if name == frame.name for k in ks
+               if k.backward == backward and k.traces]
+        if kps:
+            return self.targets(parent, "", kps)
         return self._reason(parent)
 
     def _candidates(self) -> np.ndarray:
@@ -303,7 +339,8 @@ class _Attributor:
         cct = self.p.cct
         frames = self.p.frames
         gen = np.fromiter((f.kind == "python" and f.file in self.prov.modules for f in frames), bool, len(frames))
-        region = np.fromiter((f.kind == "op" and f.name.startswith(REGION_PREFIX) for f in frames), bool, len(frames))
+        region = np.fromiter((f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction")
+                              for f in frames), bool, len(frames))
         graph = np.fromiter((bool(_CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
         leaf = np.fromiter((f.kind in ACTIVITY_KINDS for f in frames), bool, len(frames))
         par = np.maximum(cct.parent, 0)
@@ -459,7 +496,8 @@ def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
         return profile
     gen_files = set(provenance.modules)
     if not any((f.kind == "python" and f.file in gen_files) or _CUDAGRAPH_RUNTIME.search(f.file)
-               or (f.kind == "op" and f.name.startswith(REGION_PREFIX)) for f in profile.frames):
+               or (f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction"))
+               for f in profile.frames):
         return profile
     return _Attributor(profile, provenance).run()
 
