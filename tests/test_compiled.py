@@ -274,6 +274,34 @@ def test_region_without_generated_frames():
     assert sorted(after.frame_of(after.cct.children(r)[0]).name for r in reasons) == ["aten::zero_", "triton_fused_0"]
 
 
+def test_backward_under_compiled_function_without_region_op():
+    """The recorder's current shape: the forward's generated code runs beside the
+    `CompiledFunction` op (frames read), its backward ops sit under that op by sequence number
+    with no frames. The forward modules run there name the backward module by compile id; a
+    CUDA-graph replay's cuBLAS kernel goes where the same kernel went under an aten op."""
+    prov = provenance()
+    gen3 = "/tmp/torchinductor_u/ef/cef3.py"  # a recompilation's forward, other kernels
+    prov.modules[gen3] = CompiledModule(gen3, False, lines={50: "other_0:1"})
+    prov.modules[gen3].kernels["other_0:1"] = KernelProvenance("other_0:1", "other_0", tr(15))
+    prov.regions = {("0/0", False): GEN, ("0/0", True): GEN2, ("0/1", False): gen3}
+    apply = CALL + [py("/x/site-packages/torch/autograd/function.py", 625, "apply")]
+    replay = apply + [py("/x/site-packages/torch/_inductor/cudagraph_trees.py", 1000, "run")]
+    before = build([(apply + [py(GEN, 50, "call"), kernel("triton_fused_0")], 60),
+                    (apply + [py(gen3, 50, "call"), kernel("other_0")], 6),
+                    (apply + [py(GEN, 52, "call"), Frame("op", "aten::mm"), kernel("sgemm")], 50),
+                    (apply + [Frame("op", "CompiledFunction"), BACKWARD_FRAME, Frame("op", "CompiledFunctionBackward"),
+                              kernel("triton_fused_0")], 20),
+                    (replay + [kernel("sgemm")], 9)])
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    bwd = [i for i in nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]") if BACKWARD_FRAME in after.call_path(i)]
+    assert sorted(lines_above(after, i)[-1][1] for i in bwd) == [10, 12]  # GEN2's traces, not GEN's
+    assert sum(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in bwd) == 20
+    replayed = [i for i in nodes_named(after, "sgemm") if after.frame_of(int(after.cct.parent[i])).name.startswith(FUSED_PREFIX)]
+    assert [lines_above(after, i)[-1][1] for i in replayed] == [9]
+    assert not nodes_named(after, NO_PROVENANCE.name)
+
+
 def test_pure_and_noop_without_provenance():
     before = build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 10)])
     snap = (before.cct.parent.copy(), before.cct.exclusive.copy(), list(before.frames), before.activities.node.copy())
