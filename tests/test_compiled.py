@@ -23,8 +23,6 @@ from dlpt.collectors.record.fused import (
     fused_frame,
     fused_note,
     source_frame,
-    split_int,
-    transport,
 )
 from dlpt.collectors.record.provenance import (
     CompiledModule,
@@ -34,6 +32,7 @@ from dlpt.collectors.record.provenance import (
     call_lines,
     parse_trace,
 )
+from dlpt.collectors.record.shares import split_int, transport
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile

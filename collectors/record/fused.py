@@ -58,6 +58,7 @@ import numpy as np
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace
+from dlpt.collectors.record.shares import split_int, transport
 from dlpt.frames import ACTIVITY_KINDS, Frame, is_library, short_path
 from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
 from dlpt.profile import Profile
@@ -80,34 +81,6 @@ def fused_frame(name: str) -> Frame:
 def source_frame(file: str, line: int, function: str) -> Frame:
     """The frame a recording gives that line: same name form, so eager and compiled paths merge."""
     return Frame("python", f"{function} ({file}:{line})", file, line, function)
-
-
-def split_int(values: np.ndarray, weights: list[int]) -> np.ndarray:
-    """(len(weights), len(values)) integers, each column summing to its value exactly: floor of
-    the proportional share, the remainder to the largest fractional parts (ties: first share).
-    Python integers: ns totals times weights can pass 2**63."""
-    w = [int(x) for x in weights]
-    total = sum(w)
-    out = np.zeros((len(w), len(values)), dtype=np.int64)
-    for c, v in enumerate(int(x) for x in values):
-        if v == 0:
-            continue
-        base = [v * x // total for x in w]
-        rem = v - sum(base)
-        order = sorted(range(len(w)), key=lambda j: (-(v * w[j] % total), j))
-        for j in order[:rem]:
-            base[j] += 1
-        out[:, c] = base
-    return out
-
-
-def transport(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Integers x[r, j] >= 0 with row sums `rows` and column sums `cols` (equal totals): the
-    north-west corner rule in closed form, so split activity rows agree with split node metrics."""
-    r1 = np.cumsum(rows)
-    c1 = np.cumsum(cols)
-    r0, c0 = r1 - rows, c1 - cols
-    return np.clip(np.minimum(r1[:, None], c1[None, :]) - np.maximum(r0[:, None], c0[None, :]), 0, None)
 
 
 class _Frames:
