@@ -30,9 +30,11 @@ context is everything above that op.
 
 Finding the kernel of a unit, most exact first:
 1. A generated-code frame on the path: its (file, line) is a kernel's call line.
-2. Inside a `Torch-Compiled Region: ID` op with no generated-code frame (dlpt's recorder reads
-   Python frames only when no op of interest is open, and Dynamo keeps that op open around
-   the compiled frame's run): the compile id and `[backward]` name the module; the unit's
+2. Inside a `Torch-Compiled Region: ID` op, or a `CompiledFunction` op, with no generated-code
+   frame (ops with no Python frames beneath: a recorder reading frames only where no op is
+   open, and backward ops, placed under the forward's `CompiledFunction` by sequence number):
+   the compile id (the region's; for `CompiledFunction`, those of the forward modules whose
+   code ran beside it) and `[backward]` name the module; the unit's
    kernel or op name names the kernel (`triton_poi_fused_add_0`, `graph_0_cpp_fused_sum_1`), or
    the aten op an extern kernel calls (`aten::mm` ← `extern_kernels.mm`; several such calls in
    one module share the op's time equally). A library kernel with no op open in a region (a
