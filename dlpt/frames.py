@@ -12,6 +12,10 @@ KINDS = (
     "kernel", "memcpy", "memset", "unattributed",
 )
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
+# A compiled kernel's share on one of the source lines it was generated from is a node of this
+# frame beneath that line (collectors/record/fused.py makes them; viewers explain them).
+FUSED_PREFIX = "[fused "
+
 
 
 class Frame(NamedTuple):
@@ -30,6 +34,10 @@ class Frame(NamedTuple):
         if self.kind == "python" and self.file:
             return f"{short_path(self.file)}:{self.line} {self.function}"
         return self.name
+
+
+def fused_frame(kernel: str) -> Frame:
+    return Frame("op", f"{FUSED_PREFIX}{kernel}]")
 
 
 class FrameTable:

@@ -11,8 +11,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dlpt.frames import Frame
+from dlpt.frames import FUSED_PREFIX, Frame, is_library, short_path
 from dlpt.metrics import COL
+from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.tui.model import FlatSource, Source, TreeSource
 from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, Variant, line_totals
@@ -54,6 +55,8 @@ def build_detail(v: Variant, src: Source, key: int, view: str, metric: str) -> D
         if v.activities is None:
             v.activities = ActivityIndex(v.profile)
         activities = v.activities.beneath(key, int(src.cct.end[key]))
+        # A compiled kernel shared between lines: its full time and every line it spans.
+        note = fused_note(src.profile, key, metric)
     elif isinstance(src, TreeSource):
         path = [src.label(int(i)) for i in src.cct.path(key)]
         note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"
@@ -173,3 +176,27 @@ def _activities(rows: list[ActivityRow]) -> RenderableType:
         t.add_row(Text(a.kind), Text(safe_text(name)), Text(f"{a.count:,}"), Text(fmt_time(a.time)),
                   Text(fmt_bytes(a.bytes) if a.bytes else ""), Text(fmt_bandwidth(a.bytes, a.time)))
     return t
+
+
+def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
+    """For a `[fused K]` node: K's full time in this profile and every line it is shared
+    between, one line of text for the detail pane ('' for other nodes)."""
+    cct = profile.cct
+    fr = profile.frame_of(node)
+    if not fr.name.startswith(FUSED_PREFIX):
+        return ""
+    col = COL[metric]
+    same = np.flatnonzero(cct.frame == cct.frame[node])
+    total = int(cct.inclusive[same, col].sum())
+    lines: list[str] = []
+    for s in same.tolist():
+        for a in reversed(cct.path(int(cct.parent[s]))):
+            f = profile.frame_of(a)
+            if f.has_source and not is_library(f):
+                label = f"{short_path(f.file)}:{f.line}"
+                if label not in lines:
+                    lines.append(label)
+                break
+    head = fr.name[len(FUSED_PREFIX):-1]
+    return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, shared between the source lines "
+            f"it was generated from ({len(same)} placements): {', '.join(lines) or '?'}")

@@ -1,0 +1,472 @@
+"""Compiled kernels on the model lines they were generated from: a pure tree transformation.
+
+A recording puts every kernel of torch.compile'd code under the compiled call's line (under
+the generated module's `call()` frame, or the `Torch-Compiled Region` op around it).
+`attribute_compiled(profile, provenance)` moves each such unit of work (the subtree of one
+kernel call: an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ kernel) to
+
+    compiled call's context → model frames of the stack trace → [backward]? → [fused K] → unit
+
+once per distinct stack trace the kernel was generated from, each copy carrying a share.
+
+Shares: an equal split between the kernel's distinct source stack traces (lines). Inductor
+gives no per-node cost inside a fused kernel; its size estimates are bytes of the scheduler
+node's reads and writes, and in a fused kernel those are shared (the intermediate values
+never reach memory), so a weighting would assign the memory traffic of one load to whichever
+node happened to read it first. An equal split is what the data supports, is easy to state,
+and the `[fused K]` node's detail (the TUI's `fused_note`) shows the kernel's full time and every line
+it spans, so nothing is hidden. Every metric column of every moved node is split into
+integers by the largest-remainder rule, so shares sum to the original to the nanosecond (counts
+too: one launch shared by three lines counts 1, 0, 0, so totals stay the launches made); the
+activity rows are split so that each moved leaf's rows still sum to its metrics.
+
+Placement of the context: the stack trace's outermost frame is the compiled function itself
+(a `forward`), which is on the recorded path (dynamo runs its frame); everything above its
+innermost occurrence is the call's context. A backward kernel's traces are the forward lines
+it differentiates; the recorder already places compiled backward under the forward call's
+context (its sequence-number rule), so the same cut applies, with `[backward]` (the eager
+recorder's marker) between the lines and `[fused K]`. Found through a region op (below), the
+context is everything above that op.
+
+Finding the kernel of a unit, most exact first:
+1. A generated-code frame on the path: its (file, line) is a kernel's call line.
+2. Inside a `Torch-Compiled Region: ID` op, or a `CompiledFunction` op, with no generated-code
+   frame (ops with no Python frames beneath: a recorder reading frames only where no op is
+   open, and backward ops, placed under the forward's `CompiledFunction` by sequence number):
+   the compile id (the region's; for `CompiledFunction`, those of the forward modules whose
+   code ran beside it) and `[backward]` name the module; the unit's
+   kernel or op name names the kernel (`triton_poi_fused_add_0`, `graph_0_cpp_fused_sum_1`), or
+   the aten op an extern kernel calls (`aten::mm` ← `extern_kernels.mm`; several such calls in
+   one module share the op's time equally). A library kernel with no op open in a region (a
+   CUDA-graph replay under `mode="reduce-overhead"`) goes where the same kernel went under an
+   aten op in that region's runs before the capture.
+3. Beneath Inductor's CUDA-graph runtime frames, by name when exactly one compiled kernel has it.
+Units without provenance keep their place; those with device time get an
+`<unattributed: no provenance>` node naming the reason (allocations' memsets, unknown regions).
+Eager code never passes through generated frames or region ops, with one exception: eager ops
+run inside a region (code between the graphs of a frame a graph break split) look like the
+region's own; an eager `aten::mm` there is shared between the module's extern mm lines. A
+recorder that reads Python frames inside regions gives them their own lines (rule 1 then).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import fields, replace
+
+import numpy as np
+
+from dlpt.cct import CCT, renumber, sum_rows
+from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
+from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace
+from dlpt.collectors.record.shares import split_int, transport
+from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library
+from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
+from dlpt.profile import Profile
+from dlpt.transforms import propagate_down
+
+NO_PROVENANCE = unattributed_frame("no provenance")
+REGION_PREFIX = "Torch-Compiled Region: "
+# Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
+# (Not compile_fx.py: kernels benchmarked while compiling run under it, and are not the model's.)
+_CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils)\.py$")
+# Activity columns that add up (split between shares); the others (start, device...) are copied.
+_ADDITIVE = ("duration", "bytes", "count")
+
+
+def source_frame(file: str, line: int, function: str) -> Frame:
+    """The frame a recording gives that line: same name form, so eager and compiled paths merge."""
+    return Frame("python", f"{function} ({file}:{line})", file, line, function)
+
+
+class _Frames:
+    """The profile's frames plus new ones; ids of existing frames never change."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        self.frames = list(frames)
+        self.index: dict[Frame, int] = {}
+        for i in range(len(self.frames) - 1, -1, -1):
+            self.index[self.frames[i]] = i
+
+    def intern(self, f: Frame) -> int:
+        i = self.index.get(f)
+        if i is None:
+            i = self.index[f] = len(self.frames)
+            self.frames.append(f)
+        return i
+
+
+def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None = None) -> int:
+    """How many of the ancestors (outermost first) are the compiled call's context. `region`:
+    the index of the `Torch-Compiled Region` op the unit was found under, if it was."""
+    top = trace[0] if trace else None
+    if top is not None:
+        for i in range(len(anc) - 1, -1, -1):
+            f = anc[i]
+            if f.kind == "python" and f.file == top.file and f.function == top.function:
+                return i
+    if region is not None:
+        return region
+    if backward:
+        for i in range(len(anc) - 1, -1, -1):
+            if anc[i] == BACKWARD_FRAME:
+                return i
+    for i in range(len(anc) - 1, -1, -1):
+        if anc[i].kind == "python" and not is_library(anc[i]):
+            return i + 1
+    return len(anc)
+
+
+def _transparent(f: Frame) -> bool:
+    """Frames between a compiled region's op and its kernels that say nothing of which kernel:
+    the autograd wrappers of the compiled graphs, Inductor's `## Call CompiledFxGraph ##`
+    annotation, the backward marker, library Python frames."""
+    if f.kind == "op":
+        return f.name in _WRAPPER_OPS or f.name.startswith(("## ", "autograd::engine::evaluate_function: Compiled"))
+    if f.kind == "backward":
+        return True
+    return f.kind == "python" and is_library(f) and "torchinductor" not in f.file
+
+
+_WRAPPER_OPS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
+Targets = tuple[list[tuple[int, ...]], list[int]]
+Region = tuple[tuple[str, ...], bool, int]  # (compile ids, under [backward], depth of the anchor op)
+
+
+class _Attributor:
+    def __init__(self, profile: Profile, provenance: Provenance) -> None:
+        self.p = profile
+        self.prov = provenance
+        self.frames = _Frames(profile.frames)
+        self.bwd = self.frames.intern(BACKWARD_FRAME)
+        self.noprov = self.frames.intern(NO_PROVENANCE)
+        self._anc: dict[int, list[int]] = {}
+        self._targets: dict[tuple, Targets] = {}
+        # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
+        self._region: dict[int, Region | None] = {0: None}
+        self._learned: dict[tuple[str, str], list[KernelProvenance]] | None = None
+        self.without = 0  # units kept in place under the no-provenance reason
+        self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
+
+    def ancestors(self, node: int) -> list[int]:
+        """Frame ids from the root's child down to `node`."""
+        a = self._anc.get(node)
+        if a is None:
+            cct = self.p.cct
+            a = self._anc[node] = [int(cct.frame[i]) for i in cct.path(node)]
+        return a
+
+    def region_of(self, node: int) -> Region | None:
+        """The compiled region `node` lies in with only transparent frames between, if any: a
+        `Torch-Compiled Region: ID` op, or a `CompiledFunction` op (where the recorder shows no
+        region op: backward ops are placed under it by sequence number, with no frames), whose
+        compile ids are those of the forward modules run beside it (under the same parent)."""
+        hit = self._region.get(node, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        cct = self.p.cct
+        chain = []
+        n = node
+        while n not in self._region:
+            chain.append(n)
+            n = int(cct.parent[n])
+        r = self._region[n]
+        for n in reversed(chain):
+            f = self.p.frames[int(cct.frame[n])]
+            if f.kind == "op" and f.name.startswith(REGION_PREFIX):
+                r = ((f.name[len(REGION_PREFIX):].strip(),), False, int(cct.depth[n]) - 1)
+            elif f.kind == "op" and f.name == "CompiledFunction" and r is None:
+                ids = self._forward_ids(int(cct.parent[n]))
+                r = (ids, False, int(cct.depth[n]) - 1) if ids else None
+            elif r is not None and _transparent(f):
+                r = (r[0], r[1] or f.kind == "backward", r[2])
+            else:
+                r = None
+            self._region[n] = r
+        return self._region[node]
+
+    def _forward_ids(self, node: int) -> tuple[str, ...]:
+        """Compile ids of the forward modules whose generated code ran in `node`'s subtree."""
+        cct = self.p.cct
+        files = {self.p.frames[f].file for f in set(cct.frame[node:int(cct.end[node])].tolist())}
+        return tuple(sorted({cid for (cid, bwd), file in self.prov.regions.items() if not bwd and file in files}))
+
+    def modules_of(self, reg: Region) -> list[CompiledModule]:
+        out: list[CompiledModule] = []
+        for cid in reg[0]:
+            m = self.prov.region(cid, reg[1])
+            if m is not None and m not in out:
+                out.append(m)
+        return out
+
+    def targets(self, parent: int, module: str, kps: list[KernelProvenance], region: int | None = None) -> Targets:
+        """New parent paths (frame ids) and integer weights for a unit found under node `parent`
+        that is one of the kernels `kps` (equally likely), each shared equally by its traces."""
+        key = (parent, module, tuple(k.key for k in kps), region)
+        hit = self._targets.get(key)
+        if hit is not None:
+            return hit
+        anc = self.ancestors(parent)
+        anc_frames = [self.frames.frames[f] for f in anc]
+        unit = math.lcm(*(len(k.traces) for k in kps)) if kps else 1
+        paths: dict[tuple[int, ...], int] = {}
+        for kp in kps:
+            fused = self.frames.intern(fused_frame(kp.name))
+            for trace in kp.traces:
+                cut = _context(anc_frames, trace, kp.backward, region)
+                path = list(anc[:cut]) + [self.frames.intern(source_frame(*f)) for f in trace]
+                if kp.backward:
+                    path.append(self.bwd)
+                path.append(fused)
+                paths[tuple(path)] = paths.get(tuple(path), 0) + unit // len(kp.traces)
+        hit = self._targets[key] = (list(paths), list(paths.values()))
+        return hit
+
+    def learned(self) -> dict[tuple[str, str], list[KernelProvenance]]:
+        """(module file, device kernel name) → the extern kernels whose aten op launched it, in
+        the runs before a CUDA-graph capture: how a replayed cuBLAS kernel is recognised."""
+        if self._learned is None:
+            learned: dict[tuple[str, str], list[KernelProvenance]] = {}
+            cct = self.p.cct
+            frames = self.p.frames
+            kinds = np.array([f.kind in ACTIVITY_KINDS for f in frames], dtype=bool)
+            for i in np.flatnonzero(kinds[cct.frame]).tolist():
+                up = int(cct.parent[i])
+                op = frames[int(cct.frame[up])]
+                if up <= 0 or op.kind != "op" or not op.name.startswith("aten::"):
+                    continue
+                gen = frames[int(cct.frame[cct.parent[up]])]
+                mod = self.prov.modules.get(gen.file) if gen.kind == "python" else None
+                if mod is not None:
+                    kp = mod.at_line(gen.line)
+                    pairs = [(mod, [kp] if kp is not None else [])]
+                else:
+                    reg = self.region_of(int(cct.parent[up]))
+                    pairs = [(m, m.calling_op(op.name)) for m in self.modules_of(reg)] if reg is not None else []
+                name = frames[int(cct.frame[i])].name
+                for m, ks in pairs:
+                    have = learned.setdefault((m.file, name), [])
+                    have += [k for k in ks if k not in have]
+            self._learned = learned
+        return self._learned
+
+    def _reason(self, parent: int) -> Targets:
+        self.without += 1
+        return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+
+    def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> Targets | None:
+        """Where unit root `i` goes, or None when it is not a unit (stays in place)."""
+        cct = self.p.cct
+        parent = int(cct.parent[i])
+        has_gpu = cct.inclusive[i, COL["gpu_time"]] > 0
+        mod = self.prov.modules.get(parent_frame.file) if parent_frame.kind == "python" else None
+        if mod is not None:
+            if frame.kind == "python" and frame.file == mod.file:
+                return None  # a nested function of the same generated module (graph partitions)
+            kp = mod.at_line(parent_frame.line)
+            if kp is None and frame.kind in ACTIVITY_KINDS:
+                kp = mod.named(frame.name)
+            if kp is not None and kp.traces:
+                return self.targets(parent, mod.file, [kp])
+            return self._reason(parent) if has_gpu else None
+        reg = self.region_of(parent)
+        if reg is not None:
+            # No generated-code frame (a recording reads no Python frames while an op is open):
+            # the region's compile id names the module, the kernel's or op's name the kernel.
+            if _transparent(frame) or frame.file in self.prov.modules or (
+                    frame.kind == "op" and frame.name.startswith(REGION_PREFIX)):
+                return None
+            mods = self.modules_of(reg)
+            kps: list[KernelProvenance] = []
+            if frame.kind in ("op", *ACTIVITY_KINDS):
+                named = [k for m in mods for k in [m.named(frame.name)] if k is not None]
+                kps = named or [k for m in mods for k in m.calling_op(frame.name)]
+                if not kps and frame.kind in ACTIVITY_KINDS:
+                    # A library kernel (cuBLAS) with no op open: a CUDA-graph replay. The runs
+                    # before the capture launched it under an aten op: those calls are the candidates.
+                    kps = [k for m in mods for k in self.learned().get((m.file, frame.name), [])]
+            kps = [k for k in kps if k.traces]
+            if kps:
+                return self.targets(parent, "|".join(m.file for m in mods), kps, reg[2])
+            return self._reason(parent) if has_gpu else None
+        if frame.kind not in ACTIVITY_KINDS or not self.replayed[i]:
+            return None
+        found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
+        if len(found) == 1:
+            return self.targets(parent, "", list(found.values()))
+        backward = BACKWARD_FRAME in [self.frames.frames[f] for f in self.ancestors(parent)]
+        kps = [k for (_, name), ks in self.learned().items() if name == frame.name for k in ks
+               if k.backward == backward and k.traces]
+        if kps:
+            return self.targets(parent, "", kps)
+        return self._reason(parent)
+
+    def _candidates(self) -> np.ndarray:
+        """Nodes that may be units, in numpy: children of generated-code frames, nodes inside a
+        region op, device leaves beneath Inductor's CUDA-graph runtime (and no generated frame).
+        The per-node rules then run on these only, not on the whole recording."""
+        cct = self.p.cct
+        frames = self.p.frames
+        gen = np.fromiter((f.kind == "python" and f.file in self.prov.modules for f in frames), bool, len(frames))
+        region = np.fromiter((f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction")
+                              for f in frames), bool, len(frames))
+        graph = np.fromiter((bool(_CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
+        leaf = np.fromiter((f.kind in ACTIVITY_KINDS for f in frames), bool, len(frames))
+        par = np.maximum(cct.parent, 0)
+        under_gen = propagate_down(cct, gen[cct.frame])
+        self.replayed = leaf[cct.frame] & propagate_down(cct, graph[cct.frame])[par] & ~under_gen[par]
+        cand = gen[cct.frame][par] | propagate_down(cct, region[cct.frame])[par] | self.replayed
+        cand[0] = False
+        return cand
+
+    def run(self) -> Profile:
+        """The old tree keeps its node ids; units are copied under their new paths (appended),
+        and the whole is renumbered in preorder once: Python work only for the units' nodes."""
+        p = self.p
+        cct = p.cct
+        n = len(cct)
+        frames = self.frames.frames
+        parent = cct.parent.tolist()
+        frame_ids = cct.frame.tolist()
+        new_parent, new_frame = list(parent), list(frame_ids)
+        edges = dict(zip(zip(parent, frame_ids), range(n)))  # a trie: (parent, frame) is unique
+
+        def child(q: int, f: int) -> int:
+            c = edges.get((q, f))
+            if c is None:
+                c = edges[(q, f)] = len(new_parent)
+                new_parent.append(q)
+                new_frame.append(f)
+            return c
+
+        first = np.arange(n, dtype=np.int64)  # each old node's (first) place, before renumbering
+        copies: dict[int, list[int]] = {}
+        weights: dict[int, list[int]] = {}
+        end = cct.end
+        skip = 0
+        for i in np.flatnonzero(self._candidates()).tolist():
+            if i < skip:
+                continue  # inside a unit already moved
+            unit = self.resolve(i, frames[frame_ids[parent[i]]], frames[frame_ids[i]])
+            if unit is None:
+                continue
+            paths, w = unit
+            skip = int(end[i])
+            bases = []
+            for pth in paths:
+                q = 0
+                for f in pth:
+                    q = child(q, f)
+                bases.append(q)
+            placed: dict[int, list[int]] = {}
+            for j in range(i, skip):
+                ups = bases if j == i else placed[parent[j]]
+                placed[j] = [child(q, frame_ids[j]) for q in ups]
+                weights[j] = w
+                first[j] = placed[j][0]
+                if len(ups) > 1:
+                    copies[j] = placed[j]
+        bparent, bframe, new_of_old = renumber(np.asarray(new_parent, dtype=np.int64),
+                                               np.asarray(new_frame, dtype=np.int64))
+        shares: dict[int, np.ndarray] = {}
+        idx = [first]
+        rows = [cct.exclusive]
+        if copies:
+            multi = np.fromiter(copies, dtype=np.int64, count=len(copies))
+            rows[0] = cct.exclusive.copy()
+            rows[0][multi] = 0
+            for i, ids in copies.items():
+                s = shares[i] = split_int(cct.exclusive[i], weights[i])
+                idx.append(np.asarray(ids, dtype=np.int64))
+                rows.append(s)
+        exc = sum_rows(new_of_old[np.concatenate(idx)], np.concatenate(rows), len(bparent))
+        acts = self._activities(first, copies, shares, weights, new_of_old)
+        out = replace(p, frames=frames, cct=CCT(bparent, bframe, exc), activities=acts)
+        # The generated-code frames the units left are empty now: drop them (and only them), so
+        # the compiled call's line does not keep a row of zeros per kernel call.
+        nonzero = cct.inclusive.any(axis=1)
+        had = np.zeros(len(bparent), dtype=bool)
+        had[new_of_old[first[nonzero]]] = True
+        for i, ids in copies.items():
+            if nonzero[i]:
+                had[new_of_old[ids]] = True
+        drop = had & ~out.cct.inclusive.any(axis=1)
+        if weights:  # the moved units' old places
+            drop[new_of_old[np.fromiter(weights, dtype=np.int64, count=len(weights))]] = True
+        out = _drop(out, propagate_down(out.cct, drop))
+        moved = sum(1 for i in weights if parent[i] not in weights)
+        # What a reader needs to trust the tree: how much was placed by provenance, how much not.
+        out.meta = {**p.meta, "compiled_provenance": {
+            "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
+            "units_placed": moved - self.without, "units_without_provenance": self.without,
+            "share": "equal between a kernel's source lines"}}
+        return out
+
+    def _activities(self, first: np.ndarray, copies: dict[int, list[int]], shares: dict[int, np.ndarray],
+                    weights: dict[int, list[int]], new_of_old: np.ndarray):  # noqa: ANN202
+        a = self.p.activities
+        cols = {f.name: getattr(a, f.name) for f in fields(a)}
+        if not len(a):
+            return a
+        split_rows = np.flatnonzero(np.isin(a.node, np.fromiter(copies, dtype=np.int64, count=len(copies))))
+        keep = np.ones(len(a), dtype=bool)
+        keep[split_rows] = False
+        out = {k: [v[keep]] for k, v in cols.items()}
+        out["node"] = [new_of_old[first[a.node[keep]]]]
+        order = split_rows[np.lexsort((a.kind[split_rows], a.node[split_rows]))]
+        groups = np.split(order, np.flatnonzero(np.diff(a.node[order] * 8 + a.kind[order])) + 1) if len(order) else []
+        for g in groups:
+            node = int(a.node[g[0]])
+            kind = int(a.kind[g[0]])
+            k = len(copies[node])
+            parts: dict[str, np.ndarray] = {}
+            for name in _ADDITIVE:
+                if name not in cols:
+                    continue
+                vals = cols[name][g].astype(np.int64)
+                col = {"duration": _KIND_TIME_COL[kind], "count": _KIND_COUNT_COL[kind]}.get(name, _KIND_BYTES_COL.get(kind))
+                target = shares[node][:, col] if col is not None else None
+                if target is not None and int(target.sum()) == int(vals.sum()):
+                    parts[name] = transport(vals, target)  # (rows, shares)
+                else:
+                    parts[name] = split_int(vals, weights[node]).T
+            for name, v in cols.items():
+                if name == "node":
+                    out[name].append(np.tile(new_of_old[np.asarray(copies[node], dtype=np.int64)], len(g)))
+                elif name in parts:
+                    out[name].append(parts[name].ravel())
+                else:
+                    out[name].append(np.repeat(v[g], k))
+        merged = {k: np.concatenate(v).astype(cols[k].dtype, copy=False) for k, v in out.items()}
+        return replace(a, **merged)
+
+
+def _drop(profile: Profile, drop: np.ndarray) -> Profile:
+    """The profile without the `drop` nodes (whole subtrees, all metrics zero): preorder kept."""
+    if not drop.any():
+        return profile
+    cct = profile.cct
+    keep = ~drop
+    keep[0] = True
+    new_id = np.cumsum(keep) - 1
+    idx = np.flatnonzero(keep)
+    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
+    acts = profile.activities
+    return replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
+                   activities=replace(acts, node=new_id[acts.node]))
+
+
+def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
+    """Each unit of compiled work with provenance under the model lines it was generated from
+    (see the module's docstring). Pure: the input is not changed; without provenance, or with
+    no compiled code in the profile, the profile itself is returned. Totals of every metric and
+    of the activity rows' durations, bytes and counts are unchanged."""
+    if not provenance or len(profile.cct) < 2:
+        return profile
+    gen_files = set(provenance.modules)
+    if not any((f.kind == "python" and f.file in gen_files) or _CUDAGRAPH_RUNTIME.search(f.file)
+               or (f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction"))
+               for f in profile.frames):
+        return profile
+    return _Attributor(profile, provenance).run()

@@ -1,0 +1,462 @@
+"""Which model lines each kernel of torch.compile'd code was generated from.
+
+Where the provenance comes from (torch 2.11 and 2.13 alike)
+-----------------------------------------------------------
+Inductor's own provenance tracking, at its *basic* level: `torch._inductor.config.trace.
+provenance_tracking_level = 2`. At any level above 0, every kernel Inductor generates (Triton,
+C++, templates and `extern_kernels.*` calls into aten such as cuBLAS matmuls) goes through
+`torch._inductor.debug.set_kernel_post_grad_provenance_tracing`, which
+
+* names the kernel `NAME:HANDLE` (the handle is a counter, unique within one compilation),
+* records the `stack_trace` of every post-grad FX node fused into it, under that name
+  (`_inductor_kernel_stack_traces`), and
+* writes `# [Provenance debug handles] NAME:HANDLE` into the generated wrapper code on the
+  line before the kernel's call in `call()`.
+
+Inductor stores the name → stack traces map, as JSON, on the compiled graph itself
+(`CompiledFxGraph.inductor_provenance_stack_traces_str`), on a cache miss and on an FX-graph
+cache hit alike (the cache entry carries it, and turning provenance on changes the cache key,
+so a cached entry made without it is never served). We read it, with the generated source
+(`source_code`) and the graph's `is_backward`, in `CompiledFxGraph.post_compile`, which runs
+exactly once for every compiled graph whether or not it came from the cache, before the graph
+first runs. The comments give, for every line of the generated file, the kernel called there:
+the profile's generated-code frame (file, line) then names the kernel exactly, even for
+extern kernels whose device kernels (cuBLAS, cuDNN) carry no Inductor name.
+
+Why this source and not the others:
+* Level 1 ("normal") also maps post-grad to pre-grad nodes, turning on
+  `preserve_node_meta(True)` and node tracking through every graph pass: more compile time,
+  and it adds nothing here, because post-grad nodes of both graphs carry `stack_trace`
+  (AOTAutograd copies the forward node's stack trace onto the backward nodes it traces from
+  it, so a backward kernel's traces are the forward lines it differentiates). Level 2 only
+  fills the map and writes the comments: no pass, no computed value changes.
+* The structured-trace artifact `inductor_provenance_tracking_kernel_stack_traces` (tlparse)
+  holds the same JSON but only reaches a `TORCH_TRACE` log handler, and does not say which
+  generated file a kernel lives in.
+* `# Topologically Sorted Source Nodes` / `# Original ATen` comments name FX nodes and aten
+  ops, not lines; `# Source Nodes` heads kernel definitions, not calls.
+* Walking `node.meta["stack_trace"]` from a post-grad pass hook needs the kernel → node
+  grouping that only the scheduler knows: the provenance map is that grouping.
+
+Each module is also keyed by Dynamo's compile id (`CompileContext.current_compile_id()` in
+`post_compile`; the backward graph is compiled in its forward's saved compile context), which
+is the `Torch-Compiled Region: ID` op a recording shows around the compiled frame's run: where
+the path holds no generated-code frame, that op names the module.
+
+Kernel names are unique within one generated module only (every module has its
+`triton_poi_fused_add_0`), and so are handles, so everything is keyed by generated file. The
+name alone (`by_name`) serves where no generated-code frame is on the path (CUDA-graph
+replays under `mode="reduce-overhead"`); the attribution uses it only when it is unambiguous.
+
+Inductor leaves `trace.*` config out of its cache keys: a graph cached by an unrecorded run
+would be served without provenance. `start()` therefore installs a post-grad custom pass that
+does nothing but add dlpt's mark to the key (`_marked_pass`): recorded runs get cache entries
+of their own, compiled with provenance (cold the first time, warm after).
+
+Nothing here changes what the program computes: level 2 adds comments to generated code and
+a dict to the compile; the mark pass does nothing; the wrapper around `post_compile` only
+reads.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import json
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+HANDLE_COMMENT = "[Provenance debug handles] "
+_TRACE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+# A C++ kernel under `cpp.enable_kernel_profile` is recorded as `graph_N_cpp_fused_...`.
+_GRAPH_PREFIX = re.compile(r"^graph_\d+_")
+
+
+class SourceFrame(NamedTuple):
+    """One frame of a stack trace: the model line an FX node was traced from."""
+
+    file: str
+    line: int
+    function: str
+
+
+Trace = tuple[SourceFrame, ...]  # outermost frame first, as Python prints tracebacks
+
+
+@dataclass(frozen=True)
+class KernelProvenance:
+    key: str  # NAME:HANDLE, unique within its generated module
+    name: str  # the kernel's name in the generated code (`triton_poi_fused_add_0`, `extern_kernels.mm`)
+    traces: tuple[Trace, ...]  # one per distinct source stack trace of the nodes fused into it
+    backward: bool = False
+
+    def lines(self) -> list[SourceFrame]:
+        """The innermost frame of each trace: the lines the kernel was generated from."""
+        return [t[-1] for t in self.traces if t]
+
+
+@dataclass
+class CompiledModule:
+    """One generated wrapper module (one compiled graph: a forward, a backward or an inference)."""
+
+    file: str
+    backward: bool
+    kernels: dict[str, KernelProvenance] = field(default_factory=dict)  # by key
+    lines: dict[int, str] = field(default_factory=dict)  # generated-code line -> key called there
+
+    def at_line(self, line: int) -> KernelProvenance | None:
+        key = self.lines.get(line)
+        return self.kernels.get(key) if key is not None else None
+
+    def named(self, name: str) -> KernelProvenance | None:
+        """The kernel of this module with that name, if exactly one has it."""
+        name = _GRAPH_PREFIX.sub("", name)
+        found = [k for k in self.kernels.values() if k.name == name]
+        return found[0] if len(found) == 1 else None
+
+    def calling_op(self, op: str) -> list[KernelProvenance]:
+        """The extern and fallback kernels of this module that call aten op `op` (`aten::mm` ←
+        `extern_kernels.mm`, `aten::_scaled_dot_product_flash_attention` ←
+        `torch.ops.aten._scaled_dot_product_flash_attention.default`)."""
+        if not op.startswith("aten::"):
+            return []
+        want = op[len("aten::"):]
+        return [k for k in self.kernels.values() if _extern_op(k.name) == want]
+
+
+def _extern_op(name: str) -> str:
+    for prefix in ("extern_kernels.", "torch.ops.aten.", "aten."):
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            return rest.split(".", 1)[0]
+    return ""
+
+
+def parse_trace(text: str, cwd: str = "") -> Trace:
+    """`  File "m.py", line 12, in forward\\n    y = f(x)\\n` → frames, outermost first. A relative
+    file (a script run as `python m.py`) is made absolute against `cwd`, as the recorder does."""
+    out = []
+    for ln in text.splitlines():
+        m = _TRACE_LINE.match(ln)
+        if m:
+            file = m.group("file")
+            if cwd and file and not file.startswith("<") and not os.path.isabs(file):
+                file = os.path.normpath(os.path.join(cwd, file))
+            out.append(SourceFrame(file, int(m.group("line")), m.group("func")))
+    return tuple(out)
+
+
+def _statement_end(src: list[str], i: int) -> int:
+    """The last line (index) of the statement starting at index i: brackets balance there."""
+    depth = 0
+    for j in range(i, len(src)):
+        s = src[j].split("#", 1)[0]
+        depth += sum(s.count(c) for c in "([{") - sum(s.count(c) for c in ")]}")
+        if depth <= 0:
+            return j
+    return len(src) - 1
+
+
+def call_lines(source: str) -> dict[int, str]:
+    """Every 1-based line of a generated module that calls a kernel → that kernel's NAME:HANDLE.
+    The comment precedes the call; a call spanning several lines maps each of them."""
+    src = source.splitlines()
+    out: dict[int, str] = {}
+    i = 0
+    while i < len(src):
+        s = src[i].strip()
+        k = s.find(HANDLE_COMMENT)
+        if s.startswith(("#", "//")) and k >= 0:  # `//` in C++ wrapper code (cpp_wrapper)
+            key = s[k + len(HANDLE_COMMENT):].strip()
+            j = i + 1
+            while j < len(src) and (not src[j].strip() or src[j].strip().startswith(("#", "//"))):
+                j += 1
+            if j < len(src):
+                end = _statement_end(src, j)
+                for ln in range(j, end + 1):
+                    out[ln + 1] = key
+            i = j
+            continue
+        i += 1
+    return out
+
+
+def compiled_module(file: str, source: str, traces_json: str | None, backward: bool,
+                    cwd: str = "") -> CompiledModule:
+    """The provenance of one generated module from its source and Inductor's JSON map."""
+    mod = CompiledModule(file=file, backward=backward, lines=call_lines(source))
+    try:
+        raw = json.loads(traces_json) if traces_json else {}
+    except ValueError:
+        raw = {}
+    for key in set(mod.lines.values()):
+        name = key.rsplit(":", 1)[0]
+        traces: list[Trace] = []
+        for t in raw.get(key, []):
+            p = parse_trace(t, cwd)
+            if p and p not in traces:
+                traces.append(p)
+        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward)
+    return mod
+
+
+class Provenance:
+    """Collects the provenance of every graph Inductor compiles while started.
+
+    `start()` before the program runs, `stop()` after it; `modules` maps each generated file to
+    its `CompiledModule`. Safe to start when torch.compile is never used: nothing is compiled,
+    nothing is collected."""
+
+    def __init__(self, cwd: str | None = None, cpu_kernels: bool = False) -> None:
+        self.modules: dict[str, CompiledModule] = {}
+        # Inductor's C++ kernels are plain calls from the generated code: a recording sees them
+        # only with `cpp.enable_kernel_profile`, which runs each inside a RECORD_FUNCTION named
+        # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
+        # time is the metric (no GPU); Triton and extern kernels need nothing.
+        self.cpu_kernels = cpu_kernels
+        self._saved_pass: Any = None
+        self._waiting: _AfterImport | None = None
+        self._lock = threading.Lock()
+        self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
+        self._saved_cpu: bool | None = None
+        # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
+        # `Torch-Compiled Region: ID` op around each run of a compiled frame; the backward graph
+        # is compiled in its forward's compile context, so it carries the same id.
+        self.regions: dict[tuple[str, bool], str] = {}
+        # Relative files in stack traces resolve against the recording's working directory.
+        self.cwd = cwd
+        self._saved_level: int | None = None
+        self._original: Any = None
+        self._owner: Any = None
+
+    # -- collecting ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Turn Inductor's basic provenance tracking on and watch compiled graphs appear. Call it
+        before the program compiles anything (a graph compiled earlier has no provenance).
+
+        Importing Inductor costs a second or more, which a program that never compiles should
+        not pay: until the program imports it (torch.compile does, before compiling anything),
+        only an import hook waits for `torch._inductor.output_code`."""
+        if self._original is not None or self._waiting is not None:
+            return
+        if self.cwd is None:
+            self.cwd = os.getcwd()
+        if _WATCHED in sys.modules:
+            self._install()
+        else:
+            self._waiting = _AfterImport(_WATCHED, self._install)
+            sys.meta_path.insert(0, self._waiting)
+
+    def _install(self) -> None:
+        self._waiting_done()
+        if self._original is not None:
+            return
+        import torch._inductor.config as inductor_config
+        from torch._inductor.output_code import CompiledFxGraph
+
+        self._saved_level = inductor_config.trace.provenance_tracking_level
+        if self._saved_level == 0:
+            # Level 1 (the user's TORCH_COMPILE_DEBUG=1) also fills the map: leave it as it is.
+            inductor_config.trace.provenance_tracking_level = 2
+        if self.cpu_kernels:
+            self._saved_cpu = inductor_config.cpp.enable_kernel_profile
+            inductor_config.cpp.enable_kernel_profile = True
+        self._saved_pass = inductor_config.post_grad_custom_post_pass
+        marked = _marked_pass(self._saved_pass)
+        if marked is not None:
+            inductor_config.post_grad_custom_post_pass = marked
+        original = CompiledFxGraph.post_compile
+        collector = self
+
+        def post_compile(graph: Any, example_inputs: Any, constants: Any, graph_kwargs: Any) -> Any:
+            try:
+                collector._collect(graph, graph_kwargs)
+            except Exception as e:  # noqa: BLE001 - provenance is an extra; never break the program's compile
+                collector.errors.append(f"{type(e).__name__}: {e}")
+            return original(graph, example_inputs, constants, graph_kwargs)
+
+        post_compile.__wrapped__ = original  # type: ignore[attr-defined]
+        self._original, self._owner = original, CompiledFxGraph
+        CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
+
+    def _waiting_done(self) -> None:
+        if self._waiting is not None:
+            if self._waiting in sys.meta_path:
+                sys.meta_path.remove(self._waiting)
+            self._waiting = None
+
+    def stop(self) -> None:
+        """Restore Inductor's config and `post_compile`; what was collected stays."""
+        self._waiting_done()
+        if self._original is None:
+            return
+        import torch._inductor.config as inductor_config
+
+        self._owner.post_compile = self._original
+        self._original = self._owner = None
+        inductor_config.post_grad_custom_post_pass = self._saved_pass
+        self._saved_pass = None
+        if self._saved_level is not None:
+            inductor_config.trace.provenance_tracking_level = self._saved_level
+            self._saved_level = None
+        if self._saved_cpu is not None:
+            inductor_config.cpp.enable_kernel_profile = self._saved_cpu
+            self._saved_cpu = None
+
+    def __enter__(self) -> Provenance:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _collect(self, graph: Any, graph_kwargs: Any) -> None:
+        source = getattr(graph, "source_code", None)
+        if not source:
+            return  # AOTInductor and other outputs without a Python wrapper
+        file = _module_file(graph)
+        if not file:
+            return
+        backward = bool(graph_kwargs.get("is_backward")) if hasattr(graph_kwargs, "get") else False
+        mod = compiled_module(file, source, graph.inductor_provenance_stack_traces_str, backward, self.cwd or "")
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+        with self._lock:
+            self.modules[file] = mod
+            if cid is not None:
+                # Two compiles may generate the same file (same code, same hash): key regions apart.
+                self.regions[(str(cid), backward)] = file
+
+    def snapshot(self) -> Provenance:
+        """A copy to read while the program may still be compiling (a profile snapshot's thread)."""
+        out = Provenance(self.cwd)
+        with self._lock:
+            out.modules = dict(self.modules)
+            out.regions = dict(self.regions)
+        return out
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __bool__(self) -> bool:
+        return bool(self.modules)
+
+    def region(self, compile_id: str, backward: bool) -> CompiledModule | None:
+        """The module Dynamo's compile `compile_id` produced for that direction."""
+        file = self.regions.get((compile_id, backward))
+        return self.modules.get(file) if file is not None else None
+
+    def at(self, file: str, line: int) -> KernelProvenance | None:
+        mod = self.modules.get(file)
+        return mod.at_line(line) if mod is not None else None
+
+    def by_name(self, name: str) -> list[KernelProvenance]:
+        """Every kernel, over all modules, that carries this name (the device kernel's name for
+        Triton kernels; `graph_N_` prefixes of profiled C++ kernels are ignored)."""
+        name = _GRAPH_PREFIX.sub("", name)
+        return [k for m in self.modules.values() for k in m.kernels.values() if k.name == name]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form, so a profile can carry what it was attributed with."""
+        return {"modules": [
+            {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
+             "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()}}
+            for m in self.modules.values()],
+            "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        out = cls()
+        for m in data.get("modules", []):
+            mod = CompiledModule(file=m["file"], backward=bool(m["backward"]),
+                                 lines={int(k): v for k, v in m["lines"].items()})
+            for key, traces in m["kernels"].items():
+                tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
+                mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward)
+            out.modules[mod.file] = mod
+        for cid, bwd, file in data.get("regions", []):
+            out.regions[(str(cid), bool(bwd))] = str(file)
+        return out
+
+
+_WATCHED = "torch._inductor.output_code"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `then()` right after module `name` has been executed by its first import."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _ThenLoader(spec.loader, self.then)
+                return spec
+        return None
+
+
+class _ThenLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, then: Any) -> None:
+        self.inner = inner
+        self.then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        self.then()
+
+
+MARK = "dlpt-provenance/1"
+
+
+def _marked_pass(current: Any) -> Any:
+    """A post-grad custom pass that changes nothing but the compile-cache key.
+
+    Inductor leaves `trace.*` config out of its FX-graph and AOTAutograd cache keys, so a graph
+    cached by a run without provenance would be served to a recorded run: no comments, no map.
+    A custom pass's `uuid()` is part of the key: with dlpt's mark, recorded runs get entries of
+    their own, made with provenance (cold the first time, warm after). A user's own pass keeps
+    running inside it; a plain callable already disables caching and is left alone (None)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Marked(CustomGraphPass):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __call__(self, graph: Any) -> None:
+            if self.inner is not None:
+                self.inner(graph)
+
+        def uuid(self) -> Any:
+            return (MARK, self.inner.uuid()) if self.inner is not None else MARK
+
+    if current is None or isinstance(current, CustomGraphPass):
+        return Marked(current)
+    return None
+
+
+def _module_file(graph: Any) -> str:
+    """The generated module's path: the file its `call` function's frames will show."""
+    fn = getattr(graph, "current_callable", None)
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_filename:
+        return str(code.co_filename)
+    key = getattr(graph, "cache_key", None)
+    if key:
+        from torch._inductor.codecache import get_path
+
+        return str(get_path(key, "py")[2])
+    return ""
