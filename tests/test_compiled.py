@@ -386,10 +386,10 @@ def compiled(tmp_path_factory):
     eager_out.backward()
     eager_grad = net.fc.weight.grad.clone()
     net.zero_grad()
-    prov = Provenance(cpu_kernels=True)
     level, cpu = inductor_config.trace.provenance_tracking_level, inductor_config.cpp.enable_kernel_profile
-    rec = Recorder(command="compiled-test", quiet=True)
-    prov.start()
+    # The recording as recorded (attribute=False): the tests attribute it with its provenance.
+    rec = Recorder(command="compiled-test", quiet=True, attribute=False)
+    prov = rec.provenance  # on CPU it also has Inductor's C++ kernels run as visible ops
     rec.start()
     try:
         # cpu_kernels: each C++ kernel runs inside a RECORD_FUNCTION the recorder sees as an op.
@@ -402,7 +402,6 @@ def compiled(tmp_path_factory):
             cnet(torch.randn(4, 16)).backward()  # a new shape: a recompilation, new compile ids
     finally:
         profile = rec.stop()
-        prov.stop()
     assert inductor_config.trace.provenance_tracking_level == level
     assert inductor_config.cpp.enable_kernel_profile == cpu
     yield {"prov": prov, "file": str(path), "lines": markers(path.read_text()), "eager": (eager_out, eager_grad),
@@ -514,7 +513,7 @@ def test_tui_detail_shows_the_whole_fused_kernel():
     from rich.console import Console
 
     from dlpt.viewers.tui import DlptApp
-    from dlpt.viewers.tui.detail import render_detail
+    from dlpt.viewers.tui.detail import build_detail, render_detail
 
     after = attribute_compiled(build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 3_000_000)]),
                                provenance())
@@ -529,7 +528,7 @@ def test_tui_detail_shows_the_whole_fused_kernel():
                     break
             src = app.outline.source
             key = next(k for k in range(len(after.cct)) if src.frame(k) == after.frame_of(fused))
-            d = app.build_detail(app.variant, src, key)
+            d = build_detail(app.variant, src, key, app.view, app.metric)
             con = Console(width=200, record=True, no_color=True)
             con.print(render_detail(d))
             return con.export_text()

@@ -558,10 +558,12 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (op.node < 0) return;
   if (op.seq0 >= 0) {
     // Every autograd node the op made (its own and those of the ops inside it) took a sequence
-    // number from op.seq0 on: their backward ops belong to this op.
+    // number from op.seq0 on: their backward ops belong to this op — or to the innermost
+    // recorded op inside it that made them, which exited first and claimed its numbers.
     int64_t seq1 = int64_t(at::sequence_number::peek());
     uint64_t tid = at::RecordFunction::currentThreadId();
-    for (int64_t q = op.seq0; q < seq1 && q < op.seq0 + 4096; ++q) seq_store(tid, q, op.node);
+    for (int64_t q = op.seq0; q < seq1 && q < op.seq0 + 4096; ++q)
+      if (seq_lookup(tid, q) < 0) seq_store(tid, q, op.node);
   }
   int64_t dur = ticks() - op.t0;
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {

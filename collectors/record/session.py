@@ -20,6 +20,8 @@ import time
 from typing import Any
 
 from dlpt.collectors.record import native
+from dlpt.collectors.record.fused import attribute_compiled
+from dlpt.collectors.record.provenance import Provenance
 from dlpt.collectors.record.tree import TrieConverter
 from dlpt.profile import Profile
 from dlpt.version import __version__
@@ -46,11 +48,13 @@ class Recorder:
     `steps=(A, B)` records steps A..B-1 only (optimizer steps, or `dlpt.step()` calls once the
     program makes any): the collector is switched on at step A and fully off at step B.
     `snapshot_path`: where to write the profile so far every `snapshot_seconds`.
+    `attribute`: place compiled code's kernels on their model lines in the final profile (off:
+    the profile as recorded, and `self.provenance` to attribute it later).
     """
 
     def __init__(self, command: str = "", name: str = "", steps: tuple[int, int] | None = None,
                  quiet: bool = False, drop_files: tuple[str, ...] = (), snapshot_path: str | None = None,
-                 snapshot_seconds: float = SNAPSHOT_SECONDS) -> None:
+                 snapshot_seconds: float = SNAPSHOT_SECONDS, attribute: bool = True) -> None:
         import torch
 
         self.torch = torch
@@ -80,6 +84,10 @@ class Recorder:
         drop.add(os.path.splitext(os.path.abspath(runpy.__file__))[0])
         self.converter = TrieConverter(name or command or "record", frozenset(drop), _PACKAGE_DIRS, os.getcwd(),
                                        self._thread_names)
+        # Inductor's provenance of each generated kernel, so compiled code's kernels land on the
+        # model lines they were generated from (on CPU, its C++ kernels become ops to see them).
+        self.provenance = Provenance(cwd=os.getcwd(), cpu_kernels=not self.cuda)
+        self.attribute = attribute
         self._hooks: list[Any] = []
         self._lock = threading.Lock()  # one snapshot or final build at a time
         self._stop_snap = threading.Event()
@@ -94,6 +102,7 @@ class Recorder:
 
             raise DlptError("dlpt is already recording in this process")
         _ACTIVE = self
+        self.provenance.start()  # whatever --steps says: compiling happens before step A
         self._install_hooks()
         if not self.cuda and not self.quiet:
             print(NO_GPU_NOTICE, file=sys.stderr)
@@ -110,12 +119,16 @@ class Recorder:
             self._stop_snap.set()
             self._switch_off()
         finally:
+            self.provenance.stop()
             self._remove_hooks()
             if _ACTIVE is self:
                 _ACTIVE = None
         with self._lock:
             t0 = time.perf_counter()
             prof = self._build(partial=False)
+            if self.attribute:
+                prof = attribute_compiled(prof, self.provenance)
+                prof.sources.update(self.converter.sources(prof))  # stack traces may name new files
             self.post_seconds = time.perf_counter() - t0
             prof.meta["post_processing_s"] = round(self.post_seconds, 6)
         return prof
