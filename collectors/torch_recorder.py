@@ -53,6 +53,7 @@ from dlpt.collectors.record_trace import DeviceColumns, device_columns
 from dlpt.frames import Frame, FrameTable, is_library_file
 from dlpt.metrics import KERNEL, MEMSET, copy_kind
 from dlpt.profile import Profile
+from dlpt.ranks import rank_info
 from dlpt.version import __version__
 
 THREAD_MARK = "dlpt::thread#"
@@ -987,6 +988,7 @@ class Recorder:
             meta["rank"] = rank
         if world is not None:
             meta["world_size"] = world
+        meta.update(rank_info())  # rank, world_size, local_rank, host
         return meta
 
     def _sources(self, prof: Profile) -> dict[str, str]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from dlpt.metrics import COL, METRICS, metric_column
 from dlpt.profile import Profile
+from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import propagate_down
 from dlpt.views import flat, prepare
 
@@ -49,14 +50,44 @@ def summary(profile: Profile, metric: str = "gpu_time") -> dict[str, Any]:
         name = profile.frame_of(i).name
         reason = name[len("<unattributed: "):-1] if name.startswith("<unattributed: ") else name
         unatt[reason] = unatt.get(reason, 0.0) + _value(int(cct.inclusive[i, col]), metric)
-    return {
+    out: dict[str, Any] = {
         "gpu_time": us(tot[COL["gpu_time"]]), "kernel_time": us(tot[COL["kernel_time"]]),
+        "comm_time": us(tot[COL["comm_time"]]),
         "memset_time": us(tot[COL["memset_time"]]), "memcpy_time": _memcpy(tot),
         "cpu_time": us(tot[COL["cpu_time"]]),
         "attributed_to_source": _value(int(cct.exclusive[on_src, col].sum()), metric),
         "backward_time": _value(int(cct.exclusive[in_bwd, col].sum()), metric),
         "unattributed": unatt,
     }
+    out.update(_rank_summary(profile, metric))
+    return out
+
+
+def _rank_summary(profile: Profile, metric: str) -> dict[str, Any]:
+    """`ranks` (each rank's totals) and `straggler` (dlpt.ranks.straggler) for several ranks."""
+    from dlpt.ranks import rank_totals, straggler
+
+    totals = rank_totals(profile, metric)
+    if len(totals) < 2:
+        return {}
+    ranks = []
+    for t in totals:
+        row = {"rank": t["rank"], "gpu_time": us(t["gpu_time"]), "cpu_time": us(t["cpu_time"]),
+               "comm_time": us(t["comm_time"]), "comm_percent": t["comm_percent"]}
+        row[metric] = _value(t[metric], metric)
+        ranks.append(row)
+    v = straggler(profile, metric)
+    assert v is not None
+    verdict = {"rank": v["rank"], "straggler": v["straggler"], "excess": _value(v["excess"], metric),
+               "excess_percent": v["excess_percent"], "mirrored": v["mirrored"],
+               "comm_wait": us(v["comm_wait"]) if v["comm_wait"] is not None else None,
+               "line": None}
+    if v["line"]:
+        ln = v["line"]
+        verdict["line"] = {"file": ln["file"], "line": ln["line"], "function": ln["function"],
+                           "code": profile.source_line(ln["file"], ln["line"]),
+                           "excess": _value(ln["excess"], metric)}
+    return {"ranks": ranks, "straggler": verdict}
 
 
 def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
@@ -79,6 +110,9 @@ def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
     count_cols = [COL["kernel_count"], COL["copy_count"], COL["memset_count"]]
     rows = [g for g in np.argsort(-fv.exclusive[:, col], kind="stable").tolist()
             if g != none and fv.exclusive[g, col] > 0][: max(top, 0)]
+    per_rank = None
+    if is_multi_rank(view):
+        ranks, per_rank = per_rank_groups(view, owner, len(fv.labels), cct.exclusive[:, col])
     wanted = set(rows)
     kern: dict[int, dict[str, list[int]]] = {g: {} for g in rows}
     for i in leaves.tolist():
@@ -109,6 +143,8 @@ def hotspots(profile: Profile, metric: str = "gpu_time", top: int = 20,
             **({metric: _value(int(row[col]), metric)} if metric not in ("gpu_time", "kernel_time",
                                                                           "memset_time", "cpu_time") else {}),
         })
+        if per_rank is not None:
+            out[-1]["per_rank"] = {str(r): _value(int(v), metric) for r, v in zip(ranks, per_rank[g].tolist())}
     meta = profile.meta
     return {
         "schema": SCHEMA,

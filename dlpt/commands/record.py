@@ -19,6 +19,9 @@ examples:
   dlpt record -o run.dlpt -- python train.py --epochs 1
   dlpt record -m mypkg.train --lr 0.1
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
+  torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
+                                              run.rank0.dlpt, run.rank1.dlpt
+  torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
 
 The program's own flags pass through untouched. dlpt exits with the program's status; the
 profile is saved also when the program raises, calls sys.exit or is interrupted.
@@ -33,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "source-mapped profile of it.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", metavar="OUT",
-                   help="profile to write (default: dlpt-<name>.<pid>.dlpt)")
+                   help="profile to write (default: dlpt-<name>.<pid>.dlpt); under torchrun each "
+                   "rank writes OUT with .rank<R> before .dlpt, or where OUT says {rank}")
     p.add_argument("--steps", metavar="A:B",
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
     p.add_argument("--window", type=int, default=20, metavar="N",
@@ -81,7 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if mode == "script" and not os.path.exists(target):
         raise DlptError(f"{target}: no such file")
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
-    out = args.output or f"dlpt-{name}.{os.getpid()}.dlpt"
+    # Under torchrun every rank runs this same command line: each writes its own file.
+    from dlpt.ranks import default_output, rank_info, rank_output
+
+    who = rank_info()
+    out = rank_output(args.output, who["rank"], who["world_size"]) if args.output else default_output(name, who)
     if args.window is not None and args.window < 0:
         raise DlptError("--window must not be negative")
     # Everything that would make the save fail is checked before the program runs: an existing
