@@ -43,6 +43,11 @@ def is_merged(profile: Profile) -> bool:
     return len(kids) > 0 and all(profile.frame_of(int(k)).kind == "rank" for k in kids)
 
 
+def _first_rank(merged: Profile) -> int:
+    nums = [rank_of(merged.frame_of(int(k))) for k in merged.cct.children(0)]
+    return min((n for n in nums if n is not None), default=0)
+
+
 def rank_numbers(profiles: list[Profile]) -> list[int]:
     """The rank of each input: the rank its meta records (torchrun's RANK, a trace's
     distributedInfo) when every input has one and no two share it; else the inputs' order.
@@ -64,7 +69,7 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     numbers = rank_numbers([p for p in profiles if not is_merged(p)])
     it = iter(numbers)
     keyed = [(next(it) if not is_merged(p) else None, p) for p in profiles]
-    keyed.sort(key=lambda rp: (rp[0] is None, rp[0] if rp[0] is not None else 0))
+    keyed.sort(key=lambda rp: rp[0] if rp[0] is not None else _first_rank(rp[1]))
     table = FrameTable()
     root = table.intern(Frame("root", f"{len(profiles)} profiles"))
     parents = [np.array([-1], dtype=np.int64)]
