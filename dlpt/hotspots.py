@@ -73,7 +73,8 @@ def _rank_summary(profile: Profile, metric: str) -> dict[str, Any]:
     ranks = []
     for t in totals:
         row = {"rank": t["rank"], "gpu_time": us(t["gpu_time"]), "cpu_time": us(t["cpu_time"]),
-               "comm_time": us(t["comm_time"]), "comm_percent": t["comm_percent"]}
+               "comm_time": us(t["comm_time"]), "comm": _value(t["comm"], metric),
+               "comm_percent": t["comm_percent"]}
         row[metric] = _value(t[metric], metric)
         ranks.append(row)
     v = straggler(profile, metric)

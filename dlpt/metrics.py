@@ -35,13 +35,17 @@ def copy_kind(name: str) -> int:
     return MEMCPY_OTHER
 
 
-# Collective-communication kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's, the only
-# libraries whose collectives run as GPU kernels under torch.distributed. Gloo's run on the host.
-_COLLECTIVE_PREFIXES = ("nccl", "rccl")
+# Collective communication, by name. Kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's,
+# the libraries whose collectives run as GPU kernels under torch.distributed. Host ops: the
+# c10d dispatcher ops (c10d::allreduce_, ...) and the spans the process-group backends open
+# around each collective (nccl:all_reduce, gloo:all_reduce, ...), where a rank waits for the
+# others on the host (gloo on CPU: the whole collective).
+_COLLECTIVE_PREFIXES = ("nccl", "rccl", "gloo:", "c10d::", "mpi:", "ucc:")
 
 
 def is_collective(name: str) -> bool:
-    """Is this kernel a collective (all-reduce, all-gather, ...)? Its time is `comm_time`."""
+    """Is this kernel or op a collective (all-reduce, all-gather, ...)? A collective kernel's
+    time is `comm_time`; a collective op's host time is the host side of communication."""
     return name.lstrip("_").lower().startswith(_COLLECTIVE_PREFIXES)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from dlpt.errors import DlptError
 from dlpt.merge import rank_of
-from dlpt.metrics import COL, metric_column
+from dlpt.metrics import COL, is_collective, metric_column
 from dlpt.profile import Profile
 
 # ----- this process -----
@@ -142,16 +142,44 @@ def per_rank_groups(profile: Profile, owner: np.ndarray, n_groups: int, values: 
     return ranks, m.reshape(n_groups, R)
 
 
+def comm_values(profile: Profile, metric: str) -> np.ndarray:
+    """The communication part of `metric` at each node (exclusive): for the GPU metrics that
+    count kernels (gpu_time, kernel_time, comm_time) the collective kernels' time, comm_time;
+    for cpu_time the host time of collective ops (`is_collective`) and of the ops beneath them;
+    zero for the others (copies, bytes, counts)."""
+    cct = profile.cct
+    if metric in ("gpu_time", "kernel_time", "comm_time"):
+        return cct.exclusive[:, COL["comm_time"]]
+    if metric == "cpu_time":
+        from dlpt.transforms import propagate_down
+
+        coll = np.fromiter((f.kind == "op" and is_collective(f.name) for f in profile.frames), dtype=bool,
+                           count=len(profile.frames))
+        under = propagate_down(cct, coll[cct.frame])
+        return np.where(under, cct.exclusive[:, COL["cpu_time"]], 0)
+    return np.zeros(len(cct), dtype=np.int64)
+
+
+def compute_values(profile: Profile, metric: str) -> np.ndarray:
+    """The compute part of `metric` at each node: the metric less its communication."""
+    return profile.cct.exclusive[:, metric_column(metric)] - comm_values(profile, metric)
+
+
 def rank_totals(profile: Profile, metric: str) -> list[dict[str, Any]]:
-    """Per rank: the metric, gpu_time, comm_time (and its share of gpu_time), cpu_time."""
+    """Per rank: the metric, its communication part (`comm`, and its share `comm_percent`),
+    gpu_time, comm_time (collective kernels) and cpu_time."""
     inc = profile.cct.inclusive
     col = metric_column(metric)
+    ranks, ridx = node_rank_index(profile)
+    sel = ridx >= 0
+    comm = np.bincount(ridx[sel], weights=comm_values(profile, metric)[sel], minlength=len(ranks)).astype(np.int64)
     out = []
-    for r, node in rank_nodes(profile):
+    for j, (r, node) in enumerate(rank_nodes(profile)):
         row = inc[node]
-        gpu, comm = int(row[COL["gpu_time"]]), int(row[COL["comm_time"]])
-        out.append({"rank": r, metric: int(row[col]), "gpu_time": gpu, "comm_time": comm,
-                    "comm_percent": round(100.0 * comm / gpu, 3) if gpu else 0.0,
+        total = int(row[col])
+        out.append({"rank": r, metric: total, "comm": int(comm[j]),
+                    "comm_percent": round(100.0 * comm[j] / total, 3) if total else 0.0,
+                    "gpu_time": int(row[COL["gpu_time"]]), "comm_time": int(row[COL["comm_time"]]),
                     "cpu_time": int(row[COL["cpu_time"]])})
     return out
 
@@ -167,27 +195,18 @@ STRAGGLER_MIN_SHARE = 0.05
 MIRROR_MIN_SHARE = 0.5
 
 
-def compute_values(exclusive: np.ndarray, metric: str) -> np.ndarray:
-    """The compute part of `metric` (one value per row of an exclusive matrix): the metric less
-    its collective kernels where the metric counts them (gpu_time, kernel_time); the metric
-    itself otherwise (cpu_time: host ops; communication there is the host's own business)."""
-    v = exclusive[:, metric_column(metric)]
-    if metric in ("gpu_time", "kernel_time"):
-        v = v - exclusive[:, COL["comm_time"]]
-    return v
-
-
 def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     """The straggler verdict of a merged profile (None for one rank). The rule:
 
-    1. each rank's compute = its `metric` less its collective kernels (`compute_values`);
+    1. each rank's compute = its `metric` less its communication (`comm_values`: collective
+       kernels for the GPU metrics, collective ops' host time for cpu_time);
     2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
        other ranks); S is the straggler when excess >= STRAGGLER_MIN_SHARE * compute(S);
     3. the straggler line is the source line (flat view by line, library frames as prepared)
        whose compute on S exceeds its compute on every other rank by the most;
-    4. wait = median(comm_time of the other ranks) - comm_time(S): how much longer the fast
-       ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE * excess
-       (None when no rank ran a collective kernel, as on CPU).
+    4. wait = median(communication of the other ranks) - communication(S): how much longer the
+       fast ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE *
+       excess (None when no rank communicated in this metric).
     """
     from dlpt.views import flat
 
@@ -195,10 +214,9 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     if len(totals) < 2:
         return None
     ranks, ridx = node_rank_index(profile)
-    cct = profile.cct
-    comp_node = compute_values(cct.exclusive, metric)
+    comp_node = compute_values(profile, metric)
     compute = np.bincount(ridx[ridx >= 0], weights=comp_node[ridx >= 0], minlength=len(ranks)).astype(np.int64)
-    comm = np.array([t["comm_time"] for t in totals], dtype=np.int64)
+    comm = np.array([t["comm"] for t in totals], dtype=np.int64)
     s = int(np.argmax(compute))
     others = np.delete(np.arange(len(ranks)), s)
     excess = int(compute[s] - np.median(compute[others]))

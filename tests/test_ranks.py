@@ -209,3 +209,30 @@ def test_kineto_traces_merge_the_same_way(tmp_path):
     two = open_profiles([str(trace_path("copies")), str(trace_path("copies"))])
     assert len(rank_nodes(two)) == 2
     np.testing.assert_array_equal(two.cct.exclusive.sum(axis=0), 2 * one.cct.exclusive.sum(axis=0))
+
+
+def test_tui_flat_view_shows_the_spread_over_ranks():
+    import asyncio
+
+    from dlpt.viewers.format import fmt_metric
+    from dlpt.viewers.tui import DlptApp
+
+    a = gpu_profile({10: [("gemm", 5000)], 20: [("relu", 7000)]}, rank=0)
+    b = gpu_profile({10: [("gemm", 14000)], 20: [("relu", 1000)]}, rank=1)
+
+    async def go() -> tuple[str, list[str]]:
+        app = DlptApp(profile=merge_profiles([a, b]))
+        async with app.run_test(size=(160, 20)) as pilot:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.press("3")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return app.table.render_line(0).text, [app.table.render_line(y).text for y in (1, 2)]
+
+    head, rows = asyncio.run(go())
+    assert "min" in head and "median" in head and "max" in head and "rank" in head
+    line10 = next(r for r in rows if "train.py:10" in r)
+    line20 = next(r for r in rows if "train.py:20" in r)
+    assert fmt_metric("gpu_time", 14000) in line10 and "r1" in line10
+    assert fmt_metric("gpu_time", 7000) in line20 and "r0" in line20

@@ -85,7 +85,7 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
         return []
 
     def comm(t: dict[str, Any]) -> str:
-        return f" (comm {t['comm_percent']:.1f}% of GPU time)" if t["comm_time"] else ""
+        return f" (communication {t['comm_percent']:.1f}%)" if t["comm"] else ""
 
     lines = [f"{len(totals)} ranks, {metric} per rank: "
              + " · ".join(f"rank {t['rank']} {fmt_metric(metric, t[metric])}{comm(t)}" for t in totals)]
@@ -100,7 +100,9 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
             "than the median of the others")
     if v["line"]:
         ln = v["line"]
-        text += f"; most on {safe_text(ln['label'])} (+{fmt_metric(metric, ln['excess'])} over any other rank)"
+        code = profile.source_line(ln["file"], ln["line"])
+        where = safe_text(ln["label"] + (f"  ▸ {code}" if code else ""))
+        text += f"; most on {where} (+{fmt_metric(metric, ln['excess'])} over any other rank)"
     lines.append(text)
     if v["comm_wait"] is not None:
         how = "mirrors the excess" if v["mirrored"] else "does not mirror the excess"
