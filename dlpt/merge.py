@@ -39,12 +39,17 @@ def rank_of(frame: Frame) -> int | None:
 
 def is_merged(profile: Profile) -> bool:
     """Does the profile already hold several ranks (every top node a `rank N` node)?"""
-    kids = profile.cct.children(0)
+    kids = _top_nodes(profile)
     return len(kids) > 0 and all(profile.frame_of(int(k)).kind == "rank" for k in kids)
 
 
+def _top_nodes(profile: Profile) -> np.ndarray:
+    # One linear pass: CCT.children would sort every node by parent first.
+    return np.flatnonzero(profile.cct.parent == 0)
+
+
 def _first_rank(merged: Profile) -> int:
-    nums = [rank_of(merged.frame_of(int(k))) for k in merged.cct.children(0)]
+    nums = [rank_of(merged.frame_of(int(k))) for k in _top_nodes(merged)]
     return min((n for n in nums if n is not None), default=0)
 
 
@@ -66,9 +71,9 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     itself merged contributes its rank nodes as they are. Totals are the sums of the inputs'."""
     if len(profiles) == 1:
         return profiles[0]
-    numbers = rank_numbers([p for p in profiles if not is_merged(p)])
-    it = iter(numbers)
-    keyed = [(next(it) if not is_merged(p) else None, p) for p in profiles]
+    merged_in = [is_merged(p) for p in profiles]
+    it = iter(rank_numbers([p for p, m in zip(profiles, merged_in) if not m]))
+    keyed = [(None if m else next(it), p) for p, m in zip(profiles, merged_in)]
     keyed.sort(key=lambda rp: rp[0] if rp[0] is not None else _first_rank(rp[1]))
     table = FrameTable()
     root = table.intern(Frame("root", f"{len(profiles)} profiles"))

@@ -226,6 +226,13 @@ def _signal_name(signum: int) -> str:
     return "interrupted (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+# The program's globals stay alive until dlpt exits, as `python SCRIPT` keeps __main__'s. Freeing
+# them the moment the program returns, with the profiler still on, deadlocked DDP programs under
+# torchrun: the Reducer's ProcessGroupGloo destructor joins gloo's worker thread while holding the
+# GIL, and that thread needs the GIL to free a finished collective's thread-local state.
+_NAMESPACES: list[dict[str, Any]] = []
+
+
 def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
                  on_terminate: object = None, then: object = None) -> tuple[int, int | None]:
     """Run the program as python would: (exit status, signal that ended it or None)."""
@@ -246,11 +253,11 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
         with ProgramSignals(on_terminate, then):  # type: ignore[arg-type]
             rec.start()  # type: ignore[attr-defined]
             if mode == "script":
-                runpy.run_path(target, run_name="__main__")
+                _NAMESPACES.append(runpy.run_path(target, run_name="__main__"))
             else:
                 # alter_sys=False: with True, torch 2.13's profiler names the module's file
                 # "site-packages" and the program's lines are lost; argv[0] is set above instead.
-                runpy.run_module(target, run_name="__main__", alter_sys=False)
+                _NAMESPACES.append(runpy.run_module(target, run_name="__main__", alter_sys=False))
         return 0, None
     except SystemExit as e:
         return _exit_status(e.code), None
