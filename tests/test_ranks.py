@@ -185,6 +185,10 @@ def test_reading_commands_take_several_profiles_and_a_directory(tmp_path):
     both = open_profiles(files)
     assert both.cct.exclusive[:, COL["gpu_time"]].sum() == 1900
     assert open_profiles([str(d)]).cct.exclusive[:, COL["gpu_time"]].sum() == 1900
+    import dlpt as api
+
+    assert api.load(files).cct.exclusive[:, COL["gpu_time"]].sum() == 1900
+    assert api.load(files, rank=1).cct.exclusive[:, COL["gpu_time"]].sum() == 1400
     r = dlpt("report", *files, "--view", "flat", "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
