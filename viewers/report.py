@@ -90,7 +90,8 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
     lines = [f"{len(totals)} ranks, {metric} per rank: "
              + " · ".join(f"rank {t['rank']} {fmt_metric(metric, t[metric])}{comm(t)}" for t in totals)]
     v = straggler(profile, metric)
-    assert v is not None
+    if v is None or not any(v["compute"].values()):
+        return lines  # nothing computed in this metric: no rank is slower than another
     slow = f"rank {v['rank']}"
     if not v["straggler"]:
         lines.append(f"ranks balanced: the slowest, {slow}, computes {v['excess_percent']:.1f}% more than the "
