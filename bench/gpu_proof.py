@@ -100,7 +100,7 @@ def examples() -> dict:
 def overhead(steps: int = 40, rounds: int = 2) -> dict:
     from transformer_train import TinyLM
 
-    from dlpt.collectors.torch_recorder import Recorder
+    from dlpt.collectors.record.session import Recorder
 
     torch.manual_seed(0)
     model = TinyLM(dim=256, heads=8, layers=4, ctx=128).cuda()
@@ -129,7 +129,7 @@ def overhead(steps: int = 40, rounds: int = 2) -> dict:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
                      experimental_config=cfg):
             times["torch.profiler"] += [one() for _ in range(steps)]
-        rec = Recorder(command="overhead", window=20, quiet=True)
+        rec = Recorder(command="overhead", quiet=True)
         rec.start()
         times["dlpt"] += [one() for _ in range(steps)]
         t0 = time.perf_counter()
@@ -140,15 +140,15 @@ def overhead(steps: int = 40, rounds: int = 2) -> dict:
             "dlpt_over_torch_profiler": round(med["dlpt"] / med["torch.profiler"], 4),
             "dlpt_over_none": round(med["dlpt"] / med["none"], 4),
             "torch_profiler_over_none": round(med["torch.profiler"] / med["none"], 4),
-            "steps_each": steps * rounds, "note": "dlpt window=20: one restart per 20 steps (median)"}
+            "steps_each": steps * rounds, "note": "dlpt: the online collector"}
 
 
 def many_events(iters: int = 25_000) -> dict:
-    from dlpt.collectors.torch_recorder import Recorder
+    from dlpt.collectors.record.session import Recorder
 
     x = torch.ones(256, device="cuda")
     torch.cuda.synchronize()
-    rec = Recorder(command="many", window=None, quiet=True)
+    rec = Recorder(command="many", quiet=True)
     rec.start()
     for _ in range(iters):
         x.add_(1.0)
@@ -159,7 +159,7 @@ def many_events(iters: int = 25_000) -> dict:
     t0 = time.perf_counter()
     prof = rec.stop()
     total = time.perf_counter() - t0
-    n = len(prof.activities)
+    n = int(prof.activities.count.sum())
     return {"gpu_events": n, "ingest_s": round(rec.post_seconds, 3), "stop_total_s": round(total, 3),
             "s_per_100k_events": round(total / n * 1e5, 3) if n else None, "nodes": len(prof.cct)}
 

@@ -20,7 +20,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dlpt.collectors.torch_recorder import Recorder
+    from dlpt.collectors.record.session import Recorder
     from dlpt.profile import Profile
 
 
@@ -61,57 +61,24 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _recorder_file() -> str:
-    from dlpt.collectors import torch_recorder
-
-    return os.path.splitext(torch_recorder.__file__)[0]
-
-
-def _in_recorder(frame: FrameType | None, rec_file: str) -> bool:
-    while frame is not None:
-        if os.path.splitext(frame.f_code.co_filename)[0] == rec_file:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _deliver_again(signum: int, delay: float = 0.025) -> None:
-    """Send `signum` to this process again after `delay` seconds, from a bare thread (the
-    recorder wraps threading.Thread, whose threads it would record as the program's)."""
-    import _thread
-    import time
-
-    def later() -> None:
-        time.sleep(delay)
-        os.kill(os.getpid(), signum)
-
-    _thread.start_new_thread(later, ())
-
-
 class ProgramSignals:
     """While the program runs under the recorder (main thread only).
 
-    SIGINT stays the program's KeyboardInterrupt, raised where the program is, as python does;
-    but one that lands while the recorder is folding a profiler window into its tree (inside a
-    step) is delivered again a moment later, because an interrupted fold leaves that window
-    half-read. SIGTERM calls `on_terminate(signum)`, which saves the profile and ends the
-    process as the unhandled signal would have. Handlers the program had already set are left
+    SIGINT stays the program's KeyboardInterrupt, raised where the program is, as python does
+    (the collector aggregates as the program runs, so no recorder work is ever cut in half).
+    SIGTERM calls `on_terminate(signum)`, which saves the profile and ends the process as the
+    unhandled signal would have. Handlers the program had already set are left
     alone, and a handler the program sets while it runs replaces ours: the program decides.
     """
-
-    MAX_DEFERRALS = 200  # 5 s of 25 ms: then act even inside the recorder rather than hang
 
     def __init__(self, on_terminate: Callable[[int], None] | None, then: Finishing | None = None) -> None:
         self.on_terminate = on_terminate
         self.then = then  # installed the moment the program ends, so that no signal falls between
         self.saved: dict[int, Any] = {}
-        self.deferrals = 0
-        self._rec_file = ""
 
     def __enter__(self) -> ProgramSignals:
         if not _in_main_thread():
             return self
-        self._rec_file = _recorder_file()
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self.saved[signal.SIGINT] = signal.signal(signal.SIGINT, self._interrupt)
         if self.on_terminate is not None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -126,22 +93,13 @@ class ProgramSignals:
         if self.then is not None:
             self.then.install()
 
-    def _defer(self, signum: int, frame: FrameType | None) -> bool:
-        if self.deferrals < self.MAX_DEFERRALS and _in_recorder(frame, self._rec_file):
-            self.deferrals += 1
-            _deliver_again(signum)
-            return True
-        return False
-
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
-        if not self._defer(signum, frame):
-            raise KeyboardInterrupt
+        raise KeyboardInterrupt
 
     def _terminate(self, signum: int, frame: FrameType | None) -> None:
-        if not self._defer(signum, frame):
-            assert self.on_terminate is not None
-            self.__exit__()
-            self.on_terminate(signum)
+        assert self.on_terminate is not None
+        self.__exit__()
+        self.on_terminate(signum)
 
 
 class Finishing:
@@ -202,15 +160,15 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
     """Record the code inside the `with` block; save to `path` (if given) when it ends.
 
     `steps="A:B"` records steps A..B-1 only, counting optimizer steps or `dlpt.step()` calls;
-    `window` restarts the profiler every that many steps so memory stays bounded.
+    with a `path`, the profile so far is also written there every few seconds while the block
+    runs, so a crash keeps it.
     After the block, `.result` is the `Profile` (also when the block raised).
     """
 
     def __init__(self, path: str | None = None, *, steps: str | tuple[int, int] | None = None,
-                 window: int | None = 20, force: bool = True, quiet: bool = False) -> None:
+                 force: bool = True, quiet: bool = False) -> None:
         self.path = path
         self.steps = _parse_steps(steps)
-        self.window = window
         self.force = force
         self.quiet = quiet
         self.result: Profile | None = None
@@ -218,7 +176,7 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
         self._signals = ProgramSignals(None)
 
     def __enter__(self) -> profile:
-        from dlpt.collectors.torch_recorder import Recorder
+        from dlpt.collectors.record.session import Recorder
 
         if self.path is not None:
             from dlpt.store import check_output
@@ -227,7 +185,7 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
             # directory, a full disk — not after the work is done.
             check_output(self.path, self.force, hint="pass force=True to overwrite it")
         self._rec = Recorder(command=" ".join(sys.argv), name=self.path or "dlpt.profile",
-                             steps=self.steps, window=self.window, quiet=self.quiet)
+                             steps=self.steps, quiet=self.quiet, snapshot_path=self.path)
         # SIGTERM saves the profile before the process ends, when the program left SIGTERM to
         # its default (which ends the process without running any Python code).
         self._signals = ProgramSignals(self._terminate if self.path is not None else None)
@@ -277,12 +235,12 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
 
 
 def step() -> None:
-    """Mark the end of a step (a training or inference iteration) for `--steps` and windows.
+    """Mark the end of a step (a training or inference iteration) for `--steps`.
 
     Once called, optimizer steps no longer count: the program's own marks decide. Outside a
     recording it does nothing, so it may stay in the code.
     """
-    from dlpt.collectors.torch_recorder import active
+    from dlpt.collectors.record.session import active
 
     rec = active()
     if rec is not None:

@@ -86,7 +86,7 @@ _LIBRARY_PACKAGES = frozenset({"torch", "torchgen", "triton", "functorch", "dlpt
 # dlpt's own runner frames in a profile recorded where dlpt lived elsewhere (another machine,
 # another checkout): its package layout is recognisable wherever it was installed.
 _DLPT_FILE = re.compile(r"/dlpt/(?:cli|api|__main__)\.py$|/dlpt/(?:commands|collectors|viewers)/[^/]+\.py$"
-                        r"|/collectors/torch_recorder\.py$")
+                        r"|/collectors/record/[^/]+\.py$")
 _SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
 _STDLIB_DIR = re.compile(r"/lib/python3(?:\.\d+)?/")
 # dlpt's own folders, for source checkouts and editable installs, whose paths are not in site-packages.

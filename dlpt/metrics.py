@@ -69,10 +69,11 @@ def metric_column(name: str) -> int:
 
 def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.ndarray,
                      nbytes: np.ndarray, cpu_node: np.ndarray, cpu_self: np.ndarray,
-                     collective: np.ndarray | None = None) -> np.ndarray:
-    """Exclusive metrics of every node from per-activity arrays, in one pass of bincounts.
-    `collective` marks the activities that are collective kernels (`collective_mask`): their
-    time is counted in kernel_time and gpu_time like any kernel's, and in comm_time too."""
+                     count: np.ndarray | None = None, collective: np.ndarray | None = None) -> np.ndarray:
+    """Exclusive metrics of every node from activity rows (each standing for `count`
+    activities; one if None), in one pass of bincounts. `collective` marks the rows that are
+    collective kernels (`collective_mask`): their time is counted in kernel_time and gpu_time
+    like any kernel's, and in comm_time too."""
     out = np.zeros((n_nodes, len(METRICS)), dtype=np.int64)
     if len(node):
         for k in range(6):
@@ -81,7 +82,8 @@ def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.n
                 continue
             nk = node[sel]
             out[:, _KIND_TIME_COL[k]] += np.bincount(nk, weights=dur[sel], minlength=n_nodes).astype(np.int64)
-            out[:, _KIND_COUNT_COL[k]] += np.bincount(nk, minlength=n_nodes).astype(np.int64)
+            w = None if count is None else count[sel]
+            out[:, _KIND_COUNT_COL[k]] += np.bincount(nk, weights=w, minlength=n_nodes).astype(np.int64)
             if k in _KIND_BYTES_COL:
                 out[:, _KIND_BYTES_COL[k]] += np.bincount(nk, weights=nbytes[sel], minlength=n_nodes).astype(np.int64)
         out[:, COL["gpu_time"]] = out[:, _KIND_TIME_COL].sum(axis=1)

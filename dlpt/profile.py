@@ -17,13 +17,15 @@ if TYPE_CHECKING:
     import networkx as nx
     import pandas as pd
 
-ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes")
+ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
 
 @dataclass
 class Activities:
-    """One row per GPU activity (struct of arrays). `name` is the frame id of the activity's leaf
-    frame, whose name is the kernel or copy name; `start` is absolute nanoseconds."""
+    """GPU activities (struct of arrays). `name` is the frame id of the activity's leaf frame,
+    whose name is the kernel or copy name. An imported trace has one row per activity (`count`
+    1, `start` in absolute nanoseconds); a recording aggregates online, one row per (node,
+    name) with `count` activities, their total `duration` and `bytes`, and `start` 0."""
 
     node: np.ndarray
     kind: np.ndarray
@@ -33,6 +35,11 @@ class Activities:
     start: np.ndarray
     duration: np.ndarray
     bytes: np.ndarray
+    count: np.ndarray | None = None  # None: one activity per row
+
+    def __post_init__(self) -> None:
+        if self.count is None:
+            self.count = np.ones(len(self.node), dtype=np.int64)
 
     @classmethod
     def empty(cls) -> Activities:

@@ -33,10 +33,11 @@ from dlpt.frames import Frame
 from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
-# 2: the comm_time metric column; the `metrics` meta key names the columns of `exclusive`.
-# Schema-1 profiles still open (their columns are METRICS_V1; comm_time comes from their
-# activities). A dlpt that reads only schema 1 refuses a schema-2 file with "upgrade dlpt".
-SCHEMA_VERSION = 2
+# 2: activity rows carry `count` (a recording aggregates them); version 1 files read as count 1.
+# 3: the comm_time metric column; the `metrics` meta key names the columns of `exclusive`.
+# Earlier profiles still open: their columns are METRICS_V1, and comm_time comes from their
+# activities. A dlpt that reads up to version 2 refuses a version-3 file with "upgrade dlpt".
+SCHEMA_VERSION = 3
 MAGIC = "dlpt"
 
 _SCHEMA = f"""
@@ -47,10 +48,10 @@ CREATE TABLE nodes (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEG
                     {", ".join(f"{m} INTEGER NOT NULL" for m in METRICS)});
 CREATE TABLE activity (node INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER NOT NULL,
                        device INTEGER NOT NULL, stream INTEGER NOT NULL, start INTEGER NOT NULL,
-                       duration INTEGER NOT NULL, bytes INTEGER NOT NULL);
+                       duration INTEGER NOT NULL, bytes INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE activity_kinds (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE VIEW activities AS
-  SELECT a.node, k.name AS kind, f.name AS name, a.device, a.stream, a.start, a.duration, a.bytes
+  SELECT a.node, k.name AS kind, f.name AS name, a.device, a.stream, a.start, a.duration, a.bytes, a.count
   FROM activity a JOIN activity_kinds k ON k.id = a.kind JOIN frames f ON f.id = a.name;
 CREATE TABLE sources (file TEXT PRIMARY KEY, text TEXT NOT NULL);
 CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT NULL);
@@ -269,7 +270,7 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     a = profile.activities
     if len(a):
         rows = np.column_stack([getattr(a, c) for c in ACTIVITY_COLUMNS])
-        con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
+        con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
     con.executemany("INSERT INTO activity_kinds VALUES (?, ?)", list(enumerate(ACTIVITY_KIND_NAMES)))
     con.executemany("INSERT INTO sources VALUES (?, ?)", sorted(profile.sources.items()))
     arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
@@ -340,7 +341,7 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         dt, _, shape = dtype.partition(":")
         dims = tuple(int(x) for x in shape.split(",") if x)
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
-    act = Activities(*(arrays[f"activity.{c}"] for c in ACTIVITY_COLUMNS))
+    act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
     exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act)
     cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):

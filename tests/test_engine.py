@@ -202,7 +202,7 @@ def test_dlpt_runner_frames_are_library_wherever_dlpt_was_installed():
     from dlpt.frames import is_library_file
 
     for path in ("/tmp/pkg/dlpt/cli.py", "/opt/venv/src/dlpt/commands/record.py", "/srv/x/dlpt/api.py",
-                 "/work/main/collectors/torch_recorder.py", "torch/nn/modules/module.py", "threading.py",
+                 "/work/main/collectors/record/session.py", "torch/nn/modules/module.py", "threading.py",
                  "/usr/lib/python3.11/runpy.py", "/tmp/torchinductor_root/ab/cab.py"):
         assert is_library_file(path), path
     for path in ("/home/u/proj/train.py", "/home/u/dlpt_user/model.py", "capture_traces.py",

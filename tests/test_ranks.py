@@ -154,18 +154,22 @@ def test_hotspots_per_rank_and_summary_ranks():
     assert "ranks" not in hotspots(a, "gpu_time")["summary"]
 
 
-def test_schema_1_profile_opens_with_comm_time_from_its_kernels(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_profiles_from_before_comm_time_open_with_it_from_their_kernels(tmp_path, version):
     prof = gpu_profile({10: [("gemm", 500), (AR, 900)]}, rank=0)
     p = tmp_path / "old.dlpt"
     save(prof, str(p))
-    # Make it what dlpt wrote before comm_time: 14 metric columns, user_version 1, no names.
+    # Make it what dlpt wrote before comm_time: 14 metric columns and no names for them
+    # (version 2); version 1 had no activity counts either.
     con = sqlite3.connect(p)
     exc = load(str(p)).cct.exclusive
     old = np.ascontiguousarray(np.delete(exc, COL["comm_time"], axis=1))
     con.execute("UPDATE arrays SET dtype=?, data=? WHERE name='exclusive'",
                 (f"{old.dtype.str}:{old.shape[0]},{old.shape[1]}", old.tobytes()))
     con.execute("DELETE FROM meta WHERE key='metrics'")
-    con.execute("PRAGMA user_version=1")
+    if version == 1:
+        con.execute("DELETE FROM arrays WHERE name='activity.count'")
+    con.execute(f"PRAGMA user_version={version}")
     con.commit()
     con.close()
     back = load(str(p))

@@ -116,10 +116,11 @@ def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict
         device=np.asarray(out.device, dtype=i64), stream=np.asarray(out.stream, dtype=i64),
         start=np.asarray(out.start, dtype=i64), duration=np.asarray(out.duration, dtype=i64),
         bytes=np.asarray(out.nbytes, dtype=i64),
+        count=np.asarray(out.count, dtype=i64) if out.count else None,
     )
     cpu_node = new_of_old[np.asarray(out.cpu_node, dtype=i64)] if out.cpu_node else np.zeros(0, i64)
     exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
-                           cpu_node, np.asarray(out.cpu_self, dtype=i64),
-                           collective_mask(frames.frames, act.name, act.kind))
+                           cpu_node, np.asarray(out.cpu_self, dtype=i64), act.count,
+                           collective=collective_mask(frames.frames, act.name, act.kind))
     # Nodes with nothing beneath them (a call that reached no op or GPU work) say nothing.
     return prune_empty(Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta))

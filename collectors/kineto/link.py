@@ -73,6 +73,7 @@ class LinkResult:
     start: list[int] = field(default_factory=list)
     duration: list[int] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
+    count: list[int] = field(default_factory=list)  # activities per row; empty: one each
     cpu_node: list[int] = field(default_factory=list)
     cpu_self: list[int] = field(default_factory=list)
     skipped: int = 0

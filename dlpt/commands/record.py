@@ -1,5 +1,5 @@
 """`dlpt record [-o OUT] [--steps A:B] [--force] [--] (SCRIPT | -m MODULE) [ARGS...]`: run a
-program as `python SCRIPT ARGS` would, under the torch recorder, and save its profile."""
+program as `python SCRIPT ARGS` would, under dlpt's collector, and save its profile."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ examples:
   torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
 
 The program's own flags pass through untouched. dlpt exits with the program's status; the
-profile is saved also when the program raises, calls sys.exit or is interrupted.
+profile is saved also when the program raises, calls sys.exit or is interrupted, and while the
+program runs it is rewritten every few seconds, so a crash or kill -9 keeps what was recorded.
 """
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
@@ -40,12 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "rank writes OUT with .rank<R> before .dlpt, or where OUT says {rank}")
     p.add_argument("--steps", metavar="A:B",
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
-    p.add_argument("--window", type=int, default=20, metavar="N",
-                   help="restart the profiler every N steps, folding each window into the profile, "
-                   "so memory stays bounded on long runs (default: 20; 0: no step windows)")
-    p.add_argument("--window-seconds", type=float, default=30.0, metavar="S",
-                   help="also end a window after S seconds without a step, or once memory grew 2 GiB "
-                   "in it, so programs that never step stay bounded too (default: 30; 0: off)")
+    p.add_argument("--snapshot-seconds", type=float, default=5.0, metavar="S",
+                   help="rewrite OUT with the profile so far every S seconds while the program runs, so a "
+                   "crash or kill -9 keeps it (default: 5; 0: only at the end)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script, like python -m")
@@ -82,16 +80,16 @@ def run(args: argparse.Namespace) -> int:
 
     mode, target, prog_args = parse_program(args.module, args.program)
     steps = _parse_steps(args.steps)
-    if mode == "script" and not os.path.exists(target):
-        raise DlptError(f"{target}: no such file")
+    if not args.snapshot_seconds >= 0:
+        raise DlptError("--snapshot-seconds must be 0 (off) or more")
+    if mode == "script":
+        _check_script(target)
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
     # Under torchrun every rank runs this same command line: each writes its own file.
     from dlpt.ranks import default_output, rank_info, rank_output
 
     who = rank_info()
     out = rank_output(args.output, who["rank"], who["world_size"]) if args.output else default_output(name, who)
-    if args.window is not None and args.window < 0:
-        raise DlptError("--window must not be negative")
     # Everything that would make the save fail is checked before the program runs: an existing
     # OUT without --force, a missing or unwritable directory, a nearly full disk.
     check_output(out, args.force)
@@ -99,12 +97,16 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise DlptError("recording needs PyTorch; install it (pip install torch) or dlpt[record]") from None
-    from dlpt.collectors.torch_recorder import Recorder
+    if mode == "script":
+        status = _syntax_error(target)
+        if status is not None:
+            return status
+    from dlpt.collectors.record.session import Recorder
 
     command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
-    rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps, window=args.window,
-                   window_seconds=args.window_seconds, window_bytes=(2 << 30) if args.window_seconds else None,
-                   drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else ())
+    rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps,
+                   drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else (), snapshot_path=out,
+                   snapshot_seconds=args.snapshot_seconds)
     job = _Job(rec, out)
     # Once the program has ended, SIGINT and SIGTERM raise Abandon until dlpt is done:
     # _run_program installs job.finishing the moment the program ends.
@@ -150,7 +152,6 @@ class _Job:
 
         failed = status if status != 0 else 2
         rec = self.rec
-        rec.final_free = "exit"  # type: ignore[attr-defined]  # dlpt exits once the profile is saved
         try:
             prof = rec.stop()  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - a bug in dlpt must not take the program's status
@@ -158,6 +159,13 @@ class _Job:
                   "Please report this with the command line.", file=sys.stderr)
             return failed
         prof.path = self.out
+        if not prof.cct.exclusive.any():
+            self._discard_snapshot()
+            steps = rec.steps  # type: ignore[attr-defined]
+            where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""  # type: ignore[attr-defined]
+            print(f"dlpt: nothing recorded: the program ran no PyTorch ops{where}; no profile written",
+                  file=sys.stderr)
+            return status
         prof.meta["exit_status"] = status
         if signum is not None:
             prof.meta["ended_by"] = _signal_name(signum)
@@ -167,11 +175,20 @@ class _Job:
             kept = f"; {self.out} keeps its previous contents" if self.before else ""
             print(f"dlpt: the profile could not be saved: {e}{kept}", file=sys.stderr)
             return failed
-        n = len(prof.activities)
+        n = int(prof.activities.count.sum())  # type: ignore[union-attr]
         print(f"dlpt: profile saved to {self.out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
               f"post-processing {rec.post_seconds:.2f} s)", file=sys.stderr)  # type: ignore[attr-defined]
         print(f"dlpt: view it with: dlpt view {self.out}", file=sys.stderr)
         return status
+
+    def _discard_snapshot(self) -> None:
+        """Remove a snapshot this run wrote where no file was before (an empty recording)."""
+        now = _identity(self.out)
+        if self.before is None and now is not None:
+            try:
+                os.remove(self.out)
+            except OSError:
+                pass
 
     def abandoned(self, signum: int) -> None:
         from dlpt.store import remove_temp_files
@@ -210,6 +227,43 @@ class _Job:
         except Abandon as a:
             self.abandoned(a.signum)
         die_by_signal(signum)
+
+
+def _check_script(target: str) -> None:
+    """What python would refuse to run, said in one line before anything starts."""
+    if not os.path.exists(target):
+        raise DlptError(f"{target}: no such file")
+    if os.path.isdir(target):
+        if os.path.exists(os.path.join(target, "__main__.py")):
+            return  # python runs a directory with a __main__.py
+        from dlpt.collectors.kineto.decode import trace_files
+
+        try:
+            has_traces = bool(trace_files(target))
+        except DlptError:
+            has_traces = False
+        if has_traces:
+            raise DlptError(f"{target} is a directory of profiler traces, not a program; read it with "
+                            f"'dlpt report {target}' or 'dlpt import {target} -o run.dlpt'")
+        raise DlptError(f"{target} is a directory without a __main__.py; give the script to run")
+    if target.endswith((".json", ".json.gz", ".dlpt")):
+        raise DlptError(f"{target} is a profile or trace, not a program; read it with 'dlpt report {target}'")
+
+
+def _syntax_error(target: str) -> int | None:
+    """Exit status 1 after printing the error as python would, for a script that does not
+    compile; None when it compiles. Nothing is recorded for it."""
+    try:
+        with open(target, "rb") as f:
+            source = f.read()
+        compile(source, target, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        print("".join(traceback.format_exception_only(type(e), e)), end="", file=sys.stderr)
+        print(f"dlpt: {target} does not compile; nothing recorded", file=sys.stderr)
+        return 1
+    except OSError as e:
+        raise DlptError(f"{target}: cannot read it ({e.strerror})") from None
+    return None
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:

@@ -1,0 +1,323 @@
+"""Recording overhead on third-party programs (issue 10; DESIGN §7), side by side in one run:
+
+- `nanogpt`: nanoGPT `train.py` eager, median step time over iterations 10–60, unprofiled /
+  `dlpt record` / torch.profiler with stacks (bench/torchprof_run.py) / Proton `-c python`,
+  interleaved (A B C D A B C D …); ratios vs unprofiled; whether dlpt is below Proton.
+- `steps`: the same program over 120 iterations, unprofiled vs `dlpt record --steps 10:20`:
+  median step before (2–9), during (10–19) and after (40–120) the recorded steps.
+- `timm`: timm `benchmark.py` resnet50 training, AMP, batch 64: unprofiled vs `dlpt record`.
+
+For every `dlpt record` run: dlpt's own "post-processing X s" (stderr), the time from the
+program's last output line to the process's exit (minus the same for the unprofiled runs, that
+is dlpt's end-of-run cost), whether the profile was saved and reads back.
+
+    python bench/gpu_overhead.py [nanogpt,steps,timm] [--repeats 2] [--budget 540]
+    python bench/gpu_overhead.py nanogpt --cpu          # a small CPU configuration, to try it here
+
+Writes $OUT/overhead.json (rewritten after each run) and $OUT/overhead.log (every line of every
+run, time-stamped), prints the tables last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlib as rl  # noqa: E402
+
+NANOGPT_BASE = ["config/train_shakespeare_char.py", "--compile=False", "--eval_interval=1000", "--eval_iters=5",
+                "--log_interval=1", "--always_save_checkpoint=False"]
+# Small enough for 2 CPU cores: only to exercise the harness here, never a number to report.
+NANOGPT_CPU = ["--device=cpu", "--dtype=float32", "--batch_size=4", "--block_size=64", "--n_layer=2",
+               "--n_head=2", "--n_embd=64"]
+CONFIGS = ("none", "dlpt", "torchprof", "proton")
+LABEL = {"none": "unprofiled", "dlpt": "dlpt record", "torchprof": "torch.profiler (stacks)",
+         "proton": "Proton -c python"}
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.out = rl.out_dir()
+        self.work = rl.work_dir()
+        self.log = rl.log_path(self.out, "overhead.log")
+        self.budget = rl.Budget(a.budget)
+        self.res: dict[str, Any] = {"device": rl.gpu_name(), "python": sys.version.split()[0], "args": vars(a),
+                                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.est: dict[str, float] = {}  # last wall per (part, config): what the next such run needs
+        self.tables: list[str] = []
+        self._nanogpt: str | None = None
+
+    def save(self) -> None:
+        rl.write_json(self.out, "overhead.json", self.res)
+
+    def nanogpt(self) -> str:
+        if self._nanogpt is None:
+            self._nanogpt = rl.nanogpt_copy(self.work)
+        return self._nanogpt
+
+    def launch(self, part: str, cfg: str, prog: list[str], cwd: str, tag: str, steps: str | None = None) -> Any:
+        """Run `prog` (script and args, relative to cwd) under configuration `cfg`, unless the
+        budget says it would not fit."""
+        key = f"{part}/{cfg}"
+        need = self.est.get(key, self.a.first_estimate) * 1.2
+        if not self.budget.allows(need):
+            print(f"  skip {tag}: {self.budget.left():.0f} s left, needs ~{need:.0f} s", flush=True)
+            return {"config": cfg, "tag": tag, "skipped": "budget"}
+        prof = os.path.join(self.work, f"{tag}.dlpt")
+        if cfg == "none":
+            cmd = [rl.PY, *prog]
+        elif cfg == "dlpt":
+            cmd = rl.dlpt_record(prof, *prog, steps=steps)
+        elif cfg == "torchprof":
+            cmd = [rl.PY, os.path.join(rl.BENCH, "torchprof_run.py"), *prog]
+        elif cfg == "proton":
+            # -n: where Proton writes (NAME.hatchet); its default lands in the cwd.
+            cmd = [rl.PY, "-m", "triton.profiler.proton", "-c", "python", "-n", os.path.join(self.work, tag), *prog]
+        else:
+            raise ValueError(cfg)
+        timeout = min(self.a.run_timeout, max(self.budget.left() - 5, 10))
+        print(f"  run {tag} ({LABEL[cfg]}) ...", end="", flush=True)
+        r = rl.run(cmd, cwd=cwd, timeout=timeout, log=self.log)
+        self.est[key] = r["wall_s"]
+        row: dict[str, Any] = {"config": cfg, "tag": tag, **r.brief()}
+        if cfg == "dlpt":
+            row.update(rl.parse_saved(r))
+            row["profile_bytes"] = os.path.getsize(prof) if os.path.exists(prof) else None
+            row["profile_path"] = prof
+        if cfg == "proton":
+            row["proton_file"] = os.path.exists(os.path.join(self.work, tag + ".hatchet"))
+        print(f" rc {r['rc']}, {r['wall_s']:.1f} s" + (" TIMED OUT" if r["timed_out"] else ""), flush=True)
+        if r["rc"] != 0:
+            print("    " + "\n    ".join((r.err_lines or r.out_lines)[-6:]), flush=True)
+        return row, r
+
+    def check_read(self, row: dict[str, Any]) -> None:
+        """Does the saved profile read back (`dlpt report`), and how much of it is attributed."""
+        if row.get("config") != "dlpt" or not self.budget.allows(30):
+            return
+        rd = rl.read_profile(row["profile_path"])
+        row["read_ok"] = rd["ok"]
+        row["read_s"] = rd.get("read_s")
+        if rd["ok"]:
+            s = rd["doc"]["summary"]
+            row["gpu_time_us"] = s.get("gpu_time")
+            row["attributed_pct"] = round(100 * s["attributed_to_source"] / s["gpu_time"], 3) if s.get("gpu_time") else None
+        else:
+            row["read_error"] = rd["error"]
+
+    # ---- nanoGPT: four configurations
+    def part_nanogpt(self) -> None:
+        a = self.a
+        nd = self.nanogpt()
+        prog = ["train.py", *NANOGPT_BASE, f"--max_iters={a.iters}", *self.extra()]
+        configs = [c for c in a.configs.split(",") if c]
+        runs: list[dict[str, Any]] = []
+        self.res["nanogpt"] = {"runs": runs, "window": [10, a.iters]}
+        for rep in range(a.repeats):
+            for cfg in configs:
+                got = self.launch("nanogpt", cfg, prog, nd, f"nanogpt-{cfg}-{rep}")
+                if isinstance(got, dict):
+                    runs.append(got)
+                    continue
+                row, r = got
+                it = rl.nanogpt_iters(r)
+                row["iters"] = it
+                row["n_iters"] = len(it)
+                row["median_ms"] = rl.med(rl.window(it, 10, a.iters))
+                row["max_ms_after_0"] = max(rl.window(it, 1, a.iters), default=None)  # iteration 0 holds the eval
+                if rep == 0:
+                    self.check_read(row)
+                runs.append(row)
+                self.save()
+        self.res["nanogpt"]["summary"] = summ = self.summarise(runs, configs, 10, a.iters)
+        base = summ.get("none", {}).get("median_ms")
+        rows = []
+        for cfg in configs:
+            s = summ.get(cfg, {})
+            rows.append([LABEL[cfg], f"{s.get('ok', 0)}/{s.get('n', 0)}", s.get("median_ms"),
+                         ", ".join(rl.fmt(x) for x in s.get("per_run", [])), rl.ratio(s.get("median_ms"), base),
+                         s.get("max_ms"), s.get("tail_s"), s.get("post_s")])
+        d, p = summ.get("dlpt", {}).get("median_ms"), summ.get("proton", {}).get("median_ms")
+        verdict = (f"dlpt below Proton: {rl.fmt(d < p) if d and p else '-'}   (dlpt/none target ≤ 1.25); "
+                   f"dlpt's end cost (its last line→exit less the unprofiled one's): "
+                   f"{rl.fmt(summ.get('dlpt', {}).get('end_cost_s'))} s (target ≤ 0.5 s)")
+        self.tables.append(rl.table(f"nanoGPT eager, median step ms over iterations 10–{a.iters} ({self.res['device']})",
+                                    ["config", "runs ok", "median ms", "per run", "× unprofiled", "max step ms",
+                                     "last line→exit s", "dlpt post s"], rows) + "\n" + verdict)
+        self.res["nanogpt"]["dlpt_below_proton"] = (d < p) if d and p else None
+        self.save()
+
+    def summarise(self, runs: list[dict[str, Any]], configs: list[str], lo: int, hi: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for cfg in configs:
+            rs = [r for r in runs if r.get("config") == cfg and "skipped" not in r]
+            ok = [r for r in rs if r["rc"] == 0 and r.get("n_iters", 0) > hi - 1]
+            pooled = [v for r in ok for v in rl.window(r["iters"], lo, hi)]
+            tails = [r["tail_s"] for r in ok if r.get("tail_s") is not None]
+            posts = [r["post_processing_s"] for r in ok if r.get("post_processing_s") is not None]
+            out[cfg] = {"n": len(rs), "ok": len(ok), "median_ms": rl.med(pooled),
+                        "per_run": [r["median_ms"] for r in ok],
+                        "max_ms": max((r["max_ms_after_0"] for r in ok if r.get("max_ms_after_0")), default=None),
+                        "tail_s": rl.med(tails), "post_s": rl.med(posts)}
+        if out.get("dlpt", {}).get("tail_s") is not None and out.get("none", {}).get("tail_s") is not None:
+            out["dlpt"]["end_cost_s"] = round(out["dlpt"]["tail_s"] - out["none"]["tail_s"], 3)
+        return out
+
+    # ---- nanoGPT with --steps 10:20 over 120 iterations
+    def part_steps(self) -> None:
+        a = self.a
+        nd = self.nanogpt()
+        prog = ["train.py", *NANOGPT_BASE, f"--max_iters={a.steps_iters}", *self.extra()]
+        ranges = {"before (2–9)": (2, 9), "during (10–19)": (10, 19), f"after (40–{a.steps_iters})": (40, a.steps_iters)}
+        runs: list[dict[str, Any]] = []
+        self.res["steps"] = {"runs": runs, "steps": a.steps, "ranges": ranges}
+        for rep in range(a.repeats):
+            for cfg in ("none", "dlpt"):
+                got = self.launch("steps", cfg, prog, nd, f"steps-{cfg}-{rep}", steps=a.steps if cfg == "dlpt" else None)
+                if isinstance(got, dict):
+                    runs.append(got)
+                    continue
+                row, r = got
+                row["iters"] = it = rl.nanogpt_iters(r)
+                row["n_iters"] = len(it)
+                row["ranges_ms"] = {k: rl.med(rl.window(it, lo, hi)) for k, (lo, hi) in ranges.items()}
+                if rep == 0:
+                    self.check_read(row)
+                runs.append(row)
+                self.save()
+        rows, summ = [], {}
+        for k, (lo, hi) in ranges.items():
+            v = {}
+            for cfg in ("none", "dlpt"):
+                ok = [r for r in runs if r.get("config") == cfg and r.get("rc") == 0 and r.get("n_iters", 0) > hi - 1]
+                v[cfg] = rl.med([x for r in ok for x in rl.window(r["iters"], lo, hi)])
+                v[cfg + "_max"] = max((x for r in ok for x in rl.window(r["iters"], lo, hi)), default=None)
+            summ[k] = {**v, "ratio": rl.ratio(v["dlpt"], v["none"])}
+            rows.append([k, v["none"], v["dlpt"], summ[k]["ratio"], v["none_max"], v["dlpt_max"]])
+        self.res["steps"]["summary"] = summ
+        dl = [r for r in runs if r.get("config") == "dlpt" and "skipped" not in r]
+        extra = "  ".join(f"run {r['tag']}: rc {r['rc']}, post {rl.fmt(r.get('post_processing_s'))} s, "
+                          f"last line→exit {rl.fmt(r.get('tail_s'))} s, read {rl.fmt(r.get('read_ok'))}" for r in dl)
+        self.tables.append(rl.table(f"nanoGPT --steps {a.steps} over {a.steps_iters} iterations: median step ms "
+                                    "(target: after within 3%)",
+                                    ["range", "unprofiled", "dlpt", "× unprofiled", "max unprof.", "max dlpt"], rows)
+                           + "\n" + extra)
+        self.save()
+
+    # ---- timm resnet50 training, AMP, batch 64
+    def part_timm(self) -> None:
+        a = self.a
+        bench = os.path.join(rl.programs_dir(), "timm_benchmark", "benchmark.py")
+        runs: list[dict[str, Any]] = []
+        self.res["timm"] = {"runs": runs}
+        for rep in range(a.repeats):
+            for cfg in ("none", "dlpt"):
+                tag = f"timm-{cfg}-{rep}"
+                rf = os.path.join(self.work, tag + ".json")
+                prog = [bench, "--model", a.timm_model, "--bench", "train", "-b", str(a.timm_batch),
+                        "--num-warm-iter", "10", "--num-bench-iter", str(a.timm_iters),
+                        "--results-file", rf, "--results-format", "json", *self.timm_extra()]
+                got = self.launch("timm", cfg, prog, self.work, tag)
+                if isinstance(got, dict):
+                    runs.append(got)
+                    continue
+                row, r = got
+                row.update(self.timm_result(rf, r))
+                runs.append(row)
+                self.save()
+        summ, rows = {}, []
+        for cfg in ("none", "dlpt"):
+            ok = [r for r in runs if r.get("config") == cfg and r.get("step_ms")]
+            summ[cfg] = {"step_ms": rl.med([r["step_ms"] for r in ok]),
+                         "samples_per_sec": rl.med([r["samples_per_sec"] for r in ok]),
+                         "tail_s": rl.med([r["tail_s"] for r in ok if r.get("tail_s") is not None]),
+                         "post_s": rl.med([r["post_processing_s"] for r in ok if r.get("post_processing_s") is not None]),
+                         "ok": len(ok), "n": len([r for r in runs if r.get("config") == cfg])}
+        base = summ["none"]["step_ms"]
+        for cfg in ("none", "dlpt"):
+            s = summ[cfg]
+            rows.append([LABEL[cfg], f"{s['ok']}/{s['n']}", s["step_ms"], s["samples_per_sec"],
+                         rl.ratio(s["step_ms"], base), s["tail_s"], s["post_s"]])
+        self.res["timm"]["summary"] = summ
+        self.tables.append(rl.table(f"timm benchmark.py {a.timm_model} train AMP batch {a.timm_batch}, "
+                                    f"{a.timm_iters} steps (target ≤ 1.05×)",
+                                    ["config", "runs ok", "step ms", "samples/s", "× unprofiled", "last line→exit s",
+                                     "dlpt post s"], rows))
+        self.save()
+
+    @staticmethod
+    def timm_result(rf: str, r: rl.Result) -> dict[str, Any]:
+        """train_step_time / train_samples_per_sec from --results-file, else from the JSON
+        benchmark.py prints after `--result`."""
+        doc = None
+        if os.path.exists(rf):
+            with open(rf) as f:
+                doc = json.load(f)
+        else:
+            text = "\n".join(r.out_lines)
+            if "--result" in text:
+                try:
+                    doc = json.loads(text.split("--result", 1)[1])
+                except json.JSONDecodeError:
+                    doc = None
+        if not isinstance(doc, dict) or "train_step_time" not in doc:
+            m = [re.search(r"([0-9.]+) samples/sec, ([0-9.]+) ms/s", x) for x in r.out_lines + r.err_lines]
+            m = [x for x in m if x]
+            if not m:
+                return {"step_ms": None, "samples_per_sec": None, "timm_error": (doc or {}).get("error")}
+            return {"step_ms": float(m[-1].group(2)), "samples_per_sec": float(m[-1].group(1))}
+        return {"step_ms": doc["train_step_time"], "samples_per_sec": doc["train_samples_per_sec"],
+                "batch": doc.get("train_batch_size")}
+
+    def extra(self) -> list[str]:
+        return (NANOGPT_CPU if self.a.cpu else []) + self.a.nanogpt_arg
+
+    def timm_extra(self) -> list[str]:
+        return ["--device", "cpu"] if self.a.cpu else ["--amp"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("parts", nargs="?", default="nanogpt,steps,timm", help="comma-separated: nanogpt,steps,timm")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds of every configuration")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="nanogpt part: which of " + ",".join(CONFIGS))
+    ap.add_argument("--iters", type=int, default=60, help="nanogpt part: max_iters (median over 10..this)")
+    ap.add_argument("--steps", default="10:20", help="steps part: dlpt's --steps")
+    ap.add_argument("--steps-iters", type=int, default=120)
+    ap.add_argument("--timm-model", default="resnet50")
+    ap.add_argument("--timm-batch", type=int, default=64)
+    ap.add_argument("--timm-iters", type=int, default=50)
+    ap.add_argument("--budget", type=float, default=540, help="seconds for the whole invocation; runs that would not fit are skipped")
+    ap.add_argument("--run-timeout", type=float, default=180, help="seconds before one run is killed")
+    ap.add_argument("--first-estimate", type=float, default=25, help="seconds a run of an unseen configuration is assumed to need")
+    ap.add_argument("--cpu", action="store_true", help="a small CPU configuration (no Proton) to exercise the harness")
+    ap.add_argument("--nanogpt-arg", action="append", default=[], help="extra nanoGPT flag, e.g. --nanogpt-arg=--batch_size=8")
+    a = ap.parse_args()
+    if a.cpu and a.configs == ",".join(CONFIGS):
+        a.configs = "none,dlpt,torchprof"  # Proton needs a GPU
+    b = Bench(a)
+    print(f"device: {b.res['device']}; out: {b.out}; work: {b.work}", flush=True)
+    for part in a.parts.split(","):
+        print(f"== {part}", flush=True)
+        try:
+            getattr(b, f"part_{part}")()
+        except Exception as e:  # noqa: BLE001 - one part failing must not lose the others' tables
+            import traceback
+
+            traceback.print_exc()
+            b.res.setdefault("errors", {})[part] = repr(e)
+            b.save()
+    print()
+    rl.emit(b.out, "\n\n".join(b.tables))
+    print(f"\nJSON: {os.path.join(b.out, 'overhead.json')}; log: {b.log}")
+
+
+if __name__ == "__main__":
+    main()

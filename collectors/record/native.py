@@ -1,0 +1,181 @@
+"""Building and loading the collector's native part, `collectors/native/collector.cpp`.
+
+It is compiled against the running torch with `torch.utils.cpp_extension.load` on first use
+(cached in torch's extensions folder: one build per source, torch, Python and CUPTI), the way
+Proton ships a small C++ core behind a thin Python API. With a CUDA torch it links the CUPTI
+library torch itself uses and records device activity; with a CPU-only torch it builds without
+CUPTI and records host op time (`cpu_time`).
+
+Python 3.11 and 3.12 read frames through CPython's internal frame struct without taking the
+GIL (collector.cpp says why that is safe); other versions, or a build where those headers do
+not compile, use the public frame API under the GIL.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from dlpt.errors import DlptError
+
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native", "collector.cpp")
+
+_loaded: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Cupti:
+    include: str
+    library: str  # the shared library's full path
+
+
+def _loaded_cupti() -> str | None:
+    """The libcupti this process already mapped (torch's own, through Kineto), if any."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if line.strip() else ""
+                if "/libcupti.so" in path and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def find_cupti() -> Cupti | None:
+    """CUPTI's headers and library: the library torch loaded if any (two CUPTI libraries in
+    one process would fight over the callbacks), else NVIDIA's CUPTI wheel, else the toolkit."""
+    roots: list[str] = []
+    lib = _loaded_cupti()
+    if lib:
+        roots.append(os.path.dirname(os.path.dirname(lib)))
+    for p in sys.path:
+        roots += glob.glob(os.path.join(p, "nvidia", "cu*")) + glob.glob(os.path.join(p, "nvidia", "cuda_cupti"))
+    for env in ("CUPTI_HOME", "CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            roots += [os.path.join(os.environ[env], "extras", "CUPTI"), os.environ[env]]
+    roots += ["/usr/local/cuda/extras/CUPTI", "/usr/local/cuda"]
+    for root in roots:
+        inc = os.path.join(root, "include")
+        if not os.path.isfile(os.path.join(inc, "cupti.h")):
+            continue
+        found = lib if lib and os.path.dirname(os.path.dirname(lib)) == root else None
+        if found is None:
+            libs = sorted(glob.glob(os.path.join(root, "lib*", "libcupti.so*")))
+            found = libs[0] if libs else None
+        if found:
+            return Cupti(inc, found)
+    return None
+
+
+def _record_types(include: str) -> list[str]:
+    """The newest activity record structs the headers declare (the library of the same CUDA
+    fills those), as -D flags for collector.cpp."""
+    with open(os.path.join(include, "cupti_activity.h"), errors="replace") as f:
+        text = f.read()
+    out = []
+    for macro, base in (("DLPT_KERNEL_T", "CUpti_ActivityKernel"), ("DLPT_MEMCPY_T", "CUpti_ActivityMemcpy"),
+                        ("DLPT_MEMCPY2_T", "CUpti_ActivityMemcpyPtoP"), ("DLPT_MEMSET_T", "CUpti_ActivityMemset")):
+        versions = [int(v) for v in re.findall(rf"}}\s*{base}(\d+)\s*;", text)]
+        if not versions:
+            raise DlptError(f"CUPTI headers in {include} declare no {base} record")
+        out.append(f"-D{macro}={base}{max(versions)}")
+    return out
+
+
+def _internal_frames() -> bool:
+    return (3, 11) <= sys.version_info[:2] <= (3, 12) and os.environ.get("DLPT_FRAMES", "") != "public"
+
+
+def load(quiet: bool = False) -> Any:
+    """The built collector module (built once per process; later calls are free).
+
+    Raises DlptError with what to install when it cannot be built: recording needs it."""
+    if "mod" in _loaded:
+        return _loaded["mod"]
+    import torch
+    from torch.utils import cpp_extension
+
+    with open(SOURCE, "rb") as f:
+        src = f.read()
+    cflags = ["-O2"]
+    ldflags: list[str] = []
+    cupti = find_cupti() if torch.version.cuda else None
+    if cupti is not None:
+        cflags += ["-DDLPT_CUPTI", f"-I{cupti.include}", *_record_types(cupti.include)]
+        ldflags += [cupti.library, f"-Wl,-rpath,{os.path.dirname(cupti.library)}"]
+    variants = [["-DDLPT_INTERNAL_FRAMES"], []] if _internal_frames() else [[]]
+    errors = []
+    for extra in variants:
+        flags = cflags + extra
+        tag = hashlib.sha256(b"\0".join([src, torch.__version__.encode(), sys.version.encode(),
+                                          " ".join(flags + ldflags).encode()])).hexdigest()[:12]
+        name = f"dlpt_collector_{tag}"
+        _clear_stale_lock(cpp_extension, name, quiet)
+        if not quiet and not _built(cpp_extension, name):
+            print("dlpt: building the native collector (once per torch version)…", file=sys.stderr, flush=True)
+        try:
+            # with_cuda: cupti.h includes the CUDA driver API's header, which CUDA_HOME has.
+            mod = cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=flags, extra_ldflags=ldflags,
+                                     with_cuda=cupti is not None, verbose=False)
+        except Exception as e:  # noqa: BLE001 - the next variant, then one line saying why
+            errors.append(e)
+            continue
+        _loaded["mod"] = mod
+        _loaded["cupti"] = cupti
+        return mod
+    raise DlptError(_build_error(errors[-1]))
+
+
+def _build_error(e: BaseException) -> str:
+    text = str(e)
+    if "ninja" in text.lower() and ("required" in text.lower() or "not found" in text.lower()):
+        return "recording needs ninja to build its collector: pip install ninja (or dlpt[record])"
+    import shutil
+
+    if not any(shutil.which(c) for c in (os.environ.get("CXX", "c++"), "g++", "clang++")):
+        return ("recording needs a C++ compiler to build its collector: install one "
+                "(Debian/Ubuntu: apt-get install g++; conda: conda install gxx_linux-64)")
+    lines = [ln.strip() for ln in text.splitlines()]
+    why = next((ln for ln in lines if "error" in ln.lower() and "Error building" not in ln), lines[0] if lines else "")
+    return f"could not build the native collector ({why[-200:] or type(e).__name__}); please report this"
+
+
+def cupti() -> Cupti | None:
+    """The CUPTI the loaded collector links (None: a CPU build)."""
+    return _loaded.get("cupti")
+
+
+STALE_LOCK_SECONDS = 600  # a build takes under two minutes even on a slow machine
+
+
+def _clear_stale_lock(cpp_extension: Any, name: str, quiet: bool) -> None:
+    """torch's extension builder waits, without end, for the lock file of a build that was
+    interrupted (Ctrl-C during dlpt's first recording): remove a lock older than any build."""
+    import time
+
+    try:
+        lock = os.path.join(cpp_extension._get_build_directory(name, False), "lock")
+        age = time.time() - os.path.getmtime(lock)
+    except Exception:  # noqa: BLE001 - no lock (the usual case), or torch's helper moved
+        return
+    if age > STALE_LOCK_SECONDS:
+        try:
+            os.remove(lock)
+        except OSError:
+            return
+        if not quiet:
+            print(f"dlpt: removed the lock of an interrupted build ({lock})", file=sys.stderr, flush=True)
+
+
+def _built(cpp_extension: Any, name: str) -> bool:
+    try:
+        d = cpp_extension._get_build_directory(name, False)
+    except Exception:  # noqa: BLE001 - a private helper of torch's: if it moved, just say nothing
+        return True
+    return os.path.exists(os.path.join(d, f"{name}.so"))

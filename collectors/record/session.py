@@ -1,0 +1,267 @@
+"""A recording: the native collector switched on and off, steps, threads, backward calls, and
+the snapshots that keep a crashed program's profile (DESIGN §2).
+
+`Recorder.start()` → the program runs → `Recorder.stop()` → `Profile`. Nothing is folded
+inside the program: the collector aggregates as it goes, and a background thread writes the
+tree so far into the profile file every few seconds, so a `kill -9` or a crash loses at most
+the last interval.
+"""
+
+from __future__ import annotations
+
+import _thread
+import datetime as _dt
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from dlpt.collectors.record import native
+from dlpt.collectors.record.tree import TrieConverter
+from dlpt.profile import Profile
+from dlpt.ranks import rank_info
+from dlpt.version import __version__
+
+NO_GPU_NOTICE = "dlpt: no GPU seen; recording host op time (cpu_time) only"
+SNAPSHOT_SECONDS = 5.0
+
+# The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
+_ACTIVE: Recorder | None = None
+
+# dlpt's own files: their frames (the CLI, runpy's caller, the thread and backward wrappers
+# below) are not the program's.
+_PACKAGE_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep + d
+                      for d in ("dlpt", "collectors", "viewers"))
+
+
+def active() -> Recorder | None:
+    return _ACTIVE
+
+
+class Recorder:
+    """Record a region of a program: `start()`, run it, `stop()` → `Profile`.
+
+    `steps=(A, B)` records steps A..B-1 only (optimizer steps, or `dlpt.step()` calls once the
+    program makes any): the collector is switched on at step A and fully off at step B.
+    `snapshot_path`: where to write the profile so far every `snapshot_seconds`.
+    """
+
+    def __init__(self, command: str = "", name: str = "", steps: tuple[int, int] | None = None,
+                 quiet: bool = False, drop_files: tuple[str, ...] = (), snapshot_path: str | None = None,
+                 snapshot_seconds: float = SNAPSHOT_SECONDS) -> None:
+        import torch
+
+        self.torch = torch
+        self.command = command
+        self.steps = steps
+        self.quiet = quiet
+        self.cuda = bool(torch.cuda.is_available())
+        # Built before the program runs: a first-use compile is not part of the program's time,
+        # and a machine that cannot build it is told so before anything runs.
+        self.mod = native.load(quiet)
+        self.step_count = 0
+        self.explicit_steps = False  # once dlpt.step() is called, optimizer steps stop counting
+        self.done = False
+        self.on = False
+        self.device_error = ""
+        self.post_seconds = 0.0
+        self.snapshots = 0
+        self.snapshot_pause_max = 0.0
+        self.snapshot_path = snapshot_path
+        self.snapshot_seconds = snapshot_seconds
+        self.started_at = time.time()
+        self._thread_names: dict[int, str] = {}
+        self._thread_keys = itertools.count(1)
+        drop = {os.path.abspath(f) for f in drop_files}
+        import runpy
+
+        drop.add(os.path.splitext(os.path.abspath(runpy.__file__))[0])
+        self.converter = TrieConverter(name or command or "record", frozenset(drop), _PACKAGE_DIRS, os.getcwd(),
+                                       self._thread_names)
+        self._hooks: list[Any] = []
+        self._lock = threading.Lock()  # one snapshot or final build at a time
+        self._stop_snap = threading.Event()
+        self._snap_thread: int | None = None
+
+    # ----- lifecycle -----
+
+    def start(self) -> None:
+        global _ACTIVE
+        if _ACTIVE is not None and _ACTIVE is not self:
+            from dlpt.errors import DlptError
+
+            raise DlptError("dlpt is already recording in this process")
+        _ACTIVE = self
+        self._install_hooks()
+        if not self.cuda and not self.quiet:
+            print(NO_GPU_NOTICE, file=sys.stderr)
+        if self.steps is None or self.steps[0] <= 0:
+            self._switch_on()
+        if self.snapshot_path is not None and self.snapshot_seconds > 0:
+            # A bare thread: threading.Thread's start is wrapped to record the program's threads.
+            self._snap_thread = _thread.start_new_thread(self._snapshot_loop, ())
+
+    def stop(self) -> Profile:
+        """End recording and build the profile."""
+        global _ACTIVE
+        try:
+            self._stop_snap.set()
+            self._switch_off()
+        finally:
+            self._remove_hooks()
+            if _ACTIVE is self:
+                _ACTIVE = None
+        with self._lock:
+            t0 = time.perf_counter()
+            prof = self._build(partial=False)
+            self.post_seconds = time.perf_counter() - t0
+            prof.meta["post_processing_s"] = round(self.post_seconds, 6)
+        return prof
+
+    def step(self, explicit: bool = False) -> None:
+        """One training step finished: switch the collector on at step A, off at step B."""
+        if explicit and not self.explicit_steps:
+            self.explicit_steps = True
+        elif not explicit and self.explicit_steps:
+            return
+        self.step_count += 1
+        if self.done or self.steps is None:
+            return
+        a, b = self.steps
+        if self.step_count >= b:
+            self._switch_off()
+            self.done = True
+        elif self.step_count == a and not self.on:
+            self._switch_on()
+
+    def _switch_on(self) -> None:
+        # Diagnostics for measuring the collector's parts (docs/BENCHMARKS.md): DLPT_FRAMES=gil
+        # reads frames under the GIL; DLPT_DEVICE=0 leaves CUPTI off; DLPT_HOST=0 leaves the op
+        # callback off (kernels then land on the Python line that launched them, no backward link).
+        gil = os.environ.get("DLPT_FRAMES", "") == "gil"
+        device = self.cuda and os.environ.get("DLPT_DEVICE", "1") != "0"
+        host = os.environ.get("DLPT_HOST", "1") != "0"
+        # DLPT_DIAG: noop (the op callback returns at once), nocallbacks, noactivities (CUPTI's halves).
+        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""))
+        self.on = True
+        if self.device_error and not self.quiet:
+            print(f"dlpt: no GPU activity will be recorded ({self.device_error}); recording host op time only"
+                  " — is another profiler (torch.profiler, Nsight) using CUPTI?", file=sys.stderr)
+
+    def _switch_off(self) -> None:
+        if not self.on:
+            return
+        self.on = False
+        if self.cuda:
+            # The kernels launched so far must finish for CUPTI to hand over their records.
+            try:
+                self.torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a broken CUDA context: keep what was recorded
+                pass
+        self.mod.stop()
+
+    # ----- hooks into the program -----
+
+    def _install_hooks(self) -> None:
+        torch = self.torch
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._hooks.append(register_optimizer_step_post_hook(lambda *a, **k: self.step()).remove)
+        except ImportError:  # torch before 2.0
+            pass
+        mod, names, keys = self.mod, self._thread_names, self._thread_keys
+        orig_start = threading.Thread.start
+
+        def start(th: threading.Thread, *a: Any, **k: Any) -> Any:
+            # The line that starts the thread heads its work; the thread's own frames follow.
+            where = mod.context_here()
+            key = next(keys)
+            names[key] = th.name
+            run = th.run
+
+            def run_recorded() -> None:
+                mod.register_thread(where, key)
+                run()
+
+            th.run = run_recorded  # type: ignore[method-assign]
+            return orig_start(th, *a, **k)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+        self._hooks.append(lambda: setattr(threading.Thread, "start", orig_start))
+
+        # Backward ops whose forward op is unknown go under the `backward()` call that runs them
+        # (autograd's device threads have no Python frames of their own).
+        ag = torch.autograd
+        orig_run = getattr(ag, "_engine_run_backward", None)
+        if orig_run is not None:
+            def run_backward(*a: Any, **k: Any) -> Any:
+                mod.set_backward_context(mod.context_here())
+                try:
+                    return orig_run(*a, **k)
+                finally:
+                    mod.set_backward_context(-1)
+
+            ag._engine_run_backward = run_backward
+            self._hooks.append(lambda: setattr(ag, "_engine_run_backward", orig_run))
+
+    def _remove_hooks(self) -> None:
+        while self._hooks:
+            self._hooks.pop()()
+
+    # ----- the profile -----
+
+    def _build(self, partial: bool) -> Profile:
+        if self.on:
+            self.mod.flush(not partial)
+        snap = self.mod.snapshot(len(self.converter.code_info), len(self.converter.names))
+        meta = self._meta(partial)
+        return self.converter.profile(snap, meta)
+
+    def _snapshot_loop(self) -> None:
+        from dlpt.store import save
+
+        while not self._stop_snap.wait(self.snapshot_seconds):
+            if not self._lock.acquire(blocking=False):
+                continue
+            try:
+                if self._stop_snap.is_set():
+                    return
+                t0 = time.perf_counter()
+                prof = self._build(partial=True)
+                self.snapshot_pause_max = max(self.snapshot_pause_max, time.perf_counter() - t0)
+                save(prof, self.snapshot_path, force=True)  # type: ignore[arg-type]
+                self.snapshots += 1
+            except Exception as e:  # noqa: BLE001 - a failed snapshot must not end the program
+                if not self.quiet:
+                    print(f"dlpt: snapshot not written ({type(e).__name__}: {e})", file=sys.stderr)
+            finally:
+                self._lock.release()
+
+    def _meta(self, partial: bool) -> dict[str, Any]:
+        torch = self.torch
+        meta: dict[str, Any] = {
+            "source": "record", "dlpt_version": __version__, "command": self.command,
+            "start_time": _dt.datetime.fromtimestamp(self.started_at, _dt.timezone.utc).isoformat(),
+            "host": socket.gethostname(), "python_version": sys.version.split()[0],
+            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+            "steps": list(self.steps) if self.steps else None, "steps_seen": self.step_count,
+            "gpu": self.cuda, "collector": {**self.mod.capabilities(), **self.mod.stats()},
+            "snapshots": self.snapshots, "snapshot_pause_max_s": round(self.snapshot_pause_max, 6),
+        }
+        if partial:
+            meta["partial"] = True
+            meta["snapshot_time"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        if self.cuda:
+            devs = []
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                devs.append({"id": i, "name": p.name, "totalGlobalMem": p.total_memory,
+                             "computeMajor": p.major, "computeMinor": p.minor,
+                             "numSms": p.multi_processor_count})
+            meta["devices"] = devs
+        meta.update(rank_info())  # rank, world_size, local_rank, host (dlpt/ranks.py)
+        return meta

@@ -1,0 +1,166 @@
+"""The collector's trie → a dlpt profile.
+
+The native collector keys its trie by raw contexts: a Python frame is (code object, line), an
+op its name. Here each context becomes a dlpt frame, once: new trie nodes are converted as
+they appear (nodes only ever grow, and a node's parent is always older), so the periodic
+snapshots and the final profile each cost the nodes added since the last one plus one
+renumbering of the tree.
+"""
+
+from __future__ import annotations
+
+import os
+from types import CodeType
+from typing import Any
+
+import numpy as np
+
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.kineto import finish
+from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
+from dlpt.frames import Frame, FrameTable, is_library_file
+from dlpt.metrics import KERNEL, MEMSET
+from dlpt.profile import Profile
+
+# Node kinds, as collector.cpp numbers them.
+N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
+LEAF_COLUMNS = 10  # node, kind, name, count, total, min, max, bytes, device, stream
+
+MAX_SOURCE_BYTES = 4 << 20  # a generated or data file this large is not code a user reads
+
+
+def leaf_frame(kind: int, name: str) -> Frame:
+    """The frame of a device activity of metric kind `kind` (every copy kind is a "memcpy")."""
+    return Frame("kernel" if kind == KERNEL else "memset" if kind == MEMSET else "memcpy", name)
+
+
+class TrieConverter:
+    """Converts successive snapshots of one recording's trie into profiles.
+
+    `drop` names files (with or without their extension) and `drop_dirs` folders whose frames
+    are not the program's (dlpt's own, runpy, the console script): their nodes are spliced
+    out, so the program's `<module>` heads its paths.
+    `thread_names` maps the keys dlpt gave threads it saw start to their names.
+    """
+
+    def __init__(self, root_name: str, drop: frozenset[str], drop_dirs: tuple[str, ...], cwd: str,
+                 thread_names: dict[int, str]) -> None:
+        self.frames = FrameTable()
+        self.builder = TreeBuilder(self.frames.intern(Frame("root", root_name)))
+        self.drop = drop
+        self.drop_dirs = drop_dirs
+        self.cwd = cwd
+        self.thread_names = thread_names
+        self.node_map: list[int] = []  # trie node → builder node
+        self.code_info: list[tuple[str, str] | None] = []  # code index → (path, function); None: dropped
+        self.names: list[str] = []
+        self.leaf_nodes: list[int] = []  # leaf row → builder node of its activity frame
+        self.leaf_frames: list[int] = []
+        self._py_frames: dict[tuple[int, int], int] = {}
+        self._sources: dict[str, str | None] = {}
+
+    # ----- frames -----
+
+    def _code(self, code: CodeType) -> tuple[str, str] | None:
+        path = code.co_filename
+        if path.startswith("<frozen runpy"):
+            return None
+        if path and not path.startswith("<") and not os.path.isabs(path):
+            path = os.path.normpath(os.path.join(self.cwd, path))
+        if path in self.drop or os.path.splitext(path)[0] in self.drop or path.startswith(self.drop_dirs):
+            return None
+        return path, code.co_name
+
+    def _frame(self, kind: int, a: int, b: int) -> int | None:
+        """The frame of a trie node; None for a frame that is spliced out."""
+        if kind == N_PY:
+            info = self.code_info[a]
+            if info is None:
+                return None
+            key = (a, b)
+            f = self._py_frames.get(key)
+            if f is None:
+                path, func = info
+                f = self._py_frames[key] = self.frames.intern(Frame("python", f"{func} ({path}:{b})", path, b, func))
+            return f
+        if kind == N_OP:
+            return self.frames.intern(Frame("op", self.names[a]))
+        if kind == N_BACKWARD:
+            return self.frames.intern(BACKWARD_FRAME)
+        if kind == N_THREAD:
+            return self.frames.intern(Frame("thread", f"[thread {self.thread_names.get(a, a)}]"))
+        if kind == N_TID:
+            return self.frames.intern(Frame("thread", f"[thread {a}]"))
+        if kind == N_UNATTR:
+            return self.frames.intern(unattributed_frame(self.names[a]))
+        return None
+
+    # ----- snapshots -----
+
+    def update(self, snap: tuple[Any, ...]) -> tuple[LinkResult, dict[str, Any]]:
+        """Take in one snapshot (collector.snapshot's tuple); the activity and cpu columns."""
+        parent, kind, a, b, cpu, leaves = (np.frombuffer(x, dtype=np.int64) for x in snap[:6])
+        codes, names = snap[6], snap[7]
+        self.code_info.extend(self._code(c) for c in codes)
+        self.names.extend(names)
+        node_map = self.node_map
+        builder = self.builder
+        pl, kl, al, bl = parent.tolist(), kind.tolist(), a.tolist(), b.tolist()
+        for i in range(len(node_map), len(pl)):
+            if kl[i] == N_ROOT:
+                node_map.append(0)
+                continue
+            p = node_map[pl[i]]
+            f = self._frame(kl[i], al[i], bl[i])
+            node_map.append(p if f is None else builder.child(p, f))
+        out = LinkResult()
+        nz = np.flatnonzero(cpu)
+        nmap = np.asarray(node_map, dtype=np.int64)
+        out.cpu_node = nmap[nz].tolist()
+        out.cpu_self = cpu[nz].tolist()
+        rows = leaves.reshape(-1, LEAF_COLUMNS)
+        for r in rows[len(self.leaf_nodes):].tolist():
+            fid = self.frames.intern(leaf_frame(r[1], self.names[r[2]]))
+            self.leaf_frames.append(fid)
+            self.leaf_nodes.append(builder.child(node_map[r[0]], fid))
+        if len(rows):
+            out.node = self.leaf_nodes[:len(rows)]
+            out.name = self.leaf_frames[:len(rows)]
+            out.kind = rows[:, 1].tolist()
+            out.count = rows[:, 3].tolist()
+            out.duration = rows[:, 4].tolist()
+            out.nbytes = rows[:, 7].tolist()
+            out.device = rows[:, 8].tolist()
+            out.stream = rows[:, 9].tolist()
+            out.start = [0] * len(rows)
+        return out, {"activity_rows": len(rows)}
+
+    def profile(self, snap: tuple[Any, ...], meta: dict[str, Any]) -> Profile:
+        out, _ = self.update(snap)
+        prof = finish(self.builder, self.frames, out, meta)
+        prof.sources.update(self.sources(prof))
+        return prof
+
+    def sources(self, prof: Profile) -> dict[str, str]:
+        """Snapshots of the program's files on the paths, so the profile shows code elsewhere
+        (each file read once per recording)."""
+        out: dict[str, str] = {}
+        for f in {fr.file for fr in prof.frames if fr.kind == "python" and fr.file}:
+            if f not in self._sources:
+                self._sources[f] = _read_source(f)
+            text = self._sources[f]
+            if text is not None:
+                out[f] = text
+        return out
+
+
+def _read_source(path: str) -> str | None:
+    if is_library_file(path) or not os.path.isfile(path):
+        return None
+    try:
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
