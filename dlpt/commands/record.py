@@ -281,9 +281,10 @@ def _signal_name(signum: int) -> str:
 
 
 # The program's globals stay alive until dlpt exits, as `python SCRIPT` keeps __main__'s. Freeing
-# them the moment the program returns, with the profiler still on, deadlocked DDP programs under
-# torchrun: the Reducer's ProcessGroupGloo destructor joins gloo's worker thread while holding the
-# GIL, and that thread needs the GIL to free a finished collective's thread-local state.
+# them the moment the program returns, recording still on, deadlocked DDP programs under torchrun
+# (seen with dlpt's torch.profiler-based recorder): the Reducer's ProcessGroupGloo destructor joins
+# gloo's worker thread while holding the GIL, and that thread needs the GIL to free a finished
+# collective's thread-local state, which held a Python object.
 _NAMESPACES: list[dict[str, Any]] = []
 
 
