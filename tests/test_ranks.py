@@ -244,3 +244,29 @@ def test_tui_flat_view_shows_the_spread_over_ranks():
     line20 = next(r for r in rows if "train.py:20" in r)
     assert fmt_metric("gpu_time", 14000) in line10 and "r1" in line10
     assert fmt_metric("gpu_time", 7000) in line20 and "r0" in line20
+
+
+def test_tui_opens_several_paths_and_one_rank(tmp_path):
+    import asyncio
+
+    from dlpt.viewers.tui import DlptApp
+
+    files = []
+    for r, ns in ((0, 500), (1, 1400)):
+        f = tmp_path / f"run.rank{r}.dlpt"
+        save(gpu_profile({10: [("gemm", ns)]}, rank=r), str(f))
+        files.append(str(f))
+
+    async def total(rank: int | None) -> int:
+        app = DlptApp(files, rank=rank)
+        async with app.run_test(size=(120, 20)) as pilot:
+            for _ in range(100):
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+                if app.base is not None and app.variants:
+                    break
+            assert app.base is not None
+            return int(app.base.cct.exclusive[:, COL["gpu_time"]].sum())
+
+    assert asyncio.run(total(None)) == 1900
+    assert asyncio.run(total(1)) == 1400
