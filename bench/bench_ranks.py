@@ -42,7 +42,7 @@ def rank_profile(n_nodes: int, frames: list[Frame], rank: int, seed: int) -> Pro
     exc[0] = 0
     n_act = n_nodes // 2
     cols = {"node": rng.integers(1, n_nodes, n_act), "kind": np.full(n_act, KERNEL),
-            "name": rng.integers(1, len(frames), n_act)}
+            "name": rng.integers(1, len(frames), n_act), "count": rng.integers(1, 100, n_act)}
     act = Activities(**{f.name: cols.get(f.name, rng.integers(0, 1 << 20, n_act)).astype(np.int64)
                         for f in fields(Activities)})
     return Profile(frames=list(frames), cct=CCT(parent, frame, exc), activities=act,
