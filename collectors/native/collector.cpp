@@ -6,10 +6,12 @@
 // The trie's nodes are raw contexts — a Python frame is (code object, line), an op is its
 // name — and Python resolves them to files, functions and dlpt's frames. One rule each:
 // - an op entered with no op of ours open on its thread reads that thread's Python frames,
-//   innermost first, each at its *current* line (so `x + y` lands on its own line); ops it
-//   opens go beneath it (a thread-local stack);
-// - a backward op (BACKWARD_FUNCTION scope) goes under the node of the forward op whose
-//   sequence number it carries (keyed by the forward thread), beneath a [backward] marker;
+//   innermost first, each at its *current* line (so `x + y` lands on its own line); the ops it
+//   calls inside the dispatcher are not recorded apart (RecordFunction is off beneath it), so
+//   its kernels and host time count on it; Python it calls back into has its own lines;
+// - a backward op (BACKWARD_FUNCTION scope) goes under the node of the forward op that made
+//   its autograd node — the op during which the node's sequence number was taken, on the
+//   forward thread — beneath a [backward] marker;
 //   without a match, under the `backward()` call that is running (set from Python), else the
 //   calling thread's own context;
 // - a CUDA launch/copy/memset/graph-launch API call maps its CUPTI correlation id to the
@@ -34,6 +36,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 
 #if defined(DLPT_CUPTI)
@@ -197,6 +200,8 @@ struct OpenOp {
   // what they launch belongs to their own lines, so a changed frame means "read the context
   // again". kKeep: never (backward ops, whose work belongs to the forward line).
   const void* pyframe;
+  bool quiet;     // RecordFunction switched off on this thread beneath this op (see on_enter)
+  int64_t seq0;   // the thread's next autograd sequence number when the op was entered
 };
 const void* const kKeep = reinterpret_cast<const void*>(1);
 
@@ -506,7 +511,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   ++ts.n_ops;
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
-    ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr});  // keeps enter/exit paired while switching off
+    ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, 0});  // keeps enter/exit paired while switching off
     return nullptr;
   }
   const void* frame = current_pyframe();
@@ -526,10 +531,20 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } else {
     parent = current_node(ts, frame);
   }
-  int64_t node = op_node(ts, parent, fn.name());
-  if (fn.scope() == at::RecordScope::FUNCTION && fn.seqNr() >= 0)
-    seq_store(at::RecordFunction::currentThreadId(), fn.seqNr(), node);
-  ts.stack.push_back(OpenOp{node, t0, 0, epoch, backward ? kKeep : frame});
+  const char* name = fn.name();
+  int64_t node = op_node(ts, parent, name);
+  // The ops an op calls inside the dispatcher are its own business: their kernels, copies and
+  // host time count on it, and torch's RecordFunction machinery (about a microsecond per op,
+  // docs/BENCHMARKS.md) is switched off for them on this thread until the op returns. The one
+  // exceptions: autograd's evaluate_function wrapper, whose child is the backward op itself,
+  // and ops that run Python — a custom autograd Function (named by its class, no "::") or a
+  // compiled region ("Torch-Compiled Region: 0/0") — whose ops and launches keep their own
+  // lines. (Python that a quiet op calls back into still gets its lines for what it launches.)
+  const char* nm = name ? name : "";
+  bool quiet = std::strstr(nm, "::") != nullptr && std::strncmp(nm, "autograd::engine::evaluate_function", 35) != 0;
+  if (quiet) at::enableRecordFunction(false);
+  ts.stack.push_back(OpenOp{node, t0, 0, epoch, backward ? kKeep : frame, quiet,
+                            backward ? -1 : int64_t(at::sequence_number::peek())});
   return nullptr;
 }
 
@@ -539,7 +554,15 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (s == nullptr || s->stack.empty()) return;
   OpenOp op = s->stack.back();
   s->stack.pop_back();
+  if (op.quiet) at::enableRecordFunction(true);
   if (op.node < 0) return;
+  if (op.seq0 >= 0) {
+    // Every autograd node the op made (its own and those of the ops inside it) took a sequence
+    // number from op.seq0 on: their backward ops belong to this op.
+    int64_t seq1 = int64_t(at::sequence_number::peek());
+    uint64_t tid = at::RecordFunction::currentThreadId();
+    for (int64_t q = op.seq0; q < seq1 && q < op.seq0 + 4096; ++q) seq_store(tid, q, op.node);
+  }
   int64_t dur = ticks() - op.t0;
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
     int64_t self = dur - op.child;

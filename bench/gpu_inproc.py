@@ -1,0 +1,113 @@
+"""nanoGPT's training step with a profiler switched on and off in one process, interleaved.
+
+Step times of nanoGPT on the GPU machine spread by ±15% between processes (docs/BENCHMARKS.md),
+more than the differences to measure. Here one process builds nanoGPT's own model
+(`shared/programs/nanoGPT/model.py`, the shakespeare_char configuration train.py uses: 6 layers,
+6 heads, 384 wide, block 256, batch 64, bf16 autocast, fused AdamW, gradient clipping) and runs
+blocks of steps alternately unprofiled and under one profiler, so both see the same machine state.
+Each profiler gets its own process: CUPTI takes one subscriber, and torch.profiler's Kineto
+keeps its subscription once it has run.
+
+    python bench/gpu_inproc.py dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
+prints one JSON line: median step (ms) unprofiled and profiled, and the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "shared", "programs", "nanoGPT"))
+
+from model import GPT, GPTConfig  # noqa: E402
+
+
+def make_step():
+    torch.manual_seed(1337)
+    cfg = GPTConfig(block_size=256, vocab_size=65, n_layer=6, n_head=6, n_embd=384, dropout=0.2, bias=False)
+    model = GPT(cfg).cuda()
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cuda")
+    ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16)
+    data = torch.randint(0, 65, (64, 257), device="cuda")
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        with ctx:
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()  # train.py reads the loss every step (log_interval 1)
+        return time.perf_counter() - t0
+
+    return step
+
+
+def main() -> None:
+    which = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    block = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    step = make_step()
+    for _ in range(15):
+        step()
+    if which == "dlpt":
+        from dlpt.collectors.record.session import Recorder
+
+        def on() -> object:
+            r = Recorder(command="inproc", quiet=True)
+            r.start()
+            return r
+
+        def off(r: object) -> None:
+            r.stop()  # type: ignore[attr-defined]
+    elif which == "torch.profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        def on() -> object:
+            p = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
+            p.__enter__()
+            return p
+
+        def off(p: object) -> None:
+            p.__exit__(None, None, None)  # type: ignore[attr-defined]
+    elif which == "proton":
+        import triton.profiler as proton
+
+        sid = proton.start("/tmp/inproc_proton", context="python")
+        proton.deactivate(sid)
+
+        def on() -> object:
+            proton.activate(sid)
+            return sid
+
+        def off(s: object) -> None:
+            proton.deactivate(s)
+    else:
+        raise SystemExit(f"unknown profiler {which!r}")
+    none: list[float] = []
+    prof: list[float] = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        none += [step() for _ in range(block)][1:]
+        h = on()
+        prof += [step() for _ in range(block)][1:]  # the first step of a block warms the profiler
+        off(h)
+    a, b = statistics.median(none) * 1e3, statistics.median(prof) * 1e3
+    print(json.dumps({"profiler": which, "unprofiled_ms": round(a, 3), "profiled_ms": round(b, 3),
+                      "ratio": round(b / a, 4), "steps_each": len(none), "device": torch.cuda.get_device_name(0)}))
+    if which == "proton":
+        import triton.profiler as proton
+
+        proton.finalize()
+
+
+if __name__ == "__main__":
+    main()
