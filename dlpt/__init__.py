@@ -2,6 +2,7 @@
 
     import dlpt
     prof = dlpt.load("run.dlpt")          # a .dlpt profile, a Kineto trace or a directory
+    prof = dlpt.load(["run.rank0.dlpt", "run.rank1.dlpt"])   # ranks, merged
     prof.to_dataframe(view="flat", by="line")
 """
 
@@ -12,11 +13,12 @@ from dlpt.profile import Profile
 from dlpt.version import __version__
 
 
-def load(path: str) -> Profile:
-    """Open a `.dlpt` profile, a Kineto trace (`.json`, `.json.gz`) or a directory of traces."""
-    from dlpt.loader import open_profile
+def load(path: str | list[str], rank: int | None = None) -> Profile:
+    """Open a `.dlpt` profile, a Kineto trace (`.json`, `.json.gz`) or a directory of them;
+    several paths (ranks) are merged, each rank's tree under a `rank N` node; `rank` keeps one."""
+    from dlpt.loader import open_profiles
 
-    return open_profile(path)
+    return open_profiles([path] if isinstance(path, str) else list(path), rank)
 
 
 # Bound last: `dlpt.profile` is also the name of the submodule that holds `Profile`, and importing

@@ -9,6 +9,7 @@ import numpy as np
 
 from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
+from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import propagate_down
 from dlpt.views import flat, prepare
 
@@ -60,14 +61,48 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
         name = profile.frame_of(i).name
         reason = name[len("<unattributed: "):-1] if name.startswith("<unattributed: ") else name
         unatt[reason] = unatt.get(reason, 0) + val(int(cct.inclusive[i, col]))
-    return {
+    out: dict[str, Any] = {
         "gpu_time": t(tot[COL["gpu_time"]]), "kernel_time": t(tot[COL["kernel_time"]]),
+        "comm_time": t(tot[COL["comm_time"]]),
         "memset_time": t(tot[COL["memset_time"]]), "memcpy_time": _memcpy(tot, t),
         "cpu_time": t(tot[COL["cpu_time"]]),
         "attributed_to_source": val(int(cct.exclusive[on_src, col].sum())),
         "backward_time": val(int(cct.exclusive[in_bwd, col].sum())),
         "unattributed": unatt,
     }
+    out.update(_rank_summary(profile, metric, t, val))
+    return out
+
+
+def _rank_summary(profile: Profile, metric: str, t: Any = us, val: Any = None) -> dict[str, Any]:
+    """`ranks` (each rank's totals) and `straggler` (dlpt.ranks.straggler) for several ranks, in
+    the units `summary` uses (`t` for times, `val` for values of `metric`)."""
+    if val is None:
+        def val(v: int) -> Any:
+            return _value(v, metric)
+    from dlpt.ranks import rank_totals, straggler
+
+    totals = rank_totals(profile, metric)
+    if len(totals) < 2:
+        return {}
+    ranks = []
+    for r in totals:
+        row = {"rank": r["rank"], "gpu_time": t(r["gpu_time"]), "cpu_time": t(r["cpu_time"]),
+               "comm_time": t(r["comm_time"]), "comm": val(r["comm"]), "comm_percent": r["comm_percent"]}
+        row[metric] = val(r[metric])
+        ranks.append(row)
+    v = straggler(profile, metric)
+    assert v is not None
+    verdict = {"rank": v["rank"], "straggler": v["straggler"], "excess": val(v["excess"]),
+               "excess_percent": v["excess_percent"], "mirrored": v["mirrored"],
+               "comm_wait": t(v["comm_wait"]) if v["comm_wait"] is not None else None,
+               "line": None}
+    if v["line"]:
+        ln = v["line"]
+        verdict["line"] = {"file": ln["file"], "line": ln["line"], "function": ln["function"],
+                           "code": profile.source_line(ln["file"], ln["line"]),
+                           "excess": val(ln["excess"])}
+    return {"ranks": ranks, "straggler": verdict}
 
 
 def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
@@ -91,6 +126,9 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     count_cols = [COL["kernel_count"], COL["copy_count"], COL["memset_count"]]
     rows = [g for g in np.argsort(-fv.exclusive[:, col], kind="stable").tolist()
             if g != none and fv.exclusive[g, col] > 0][: max(top, 0)]
+    per_rank = None
+    if is_multi_rank(view):
+        ranks, per_rank = per_rank_groups(view, owner, len(fv.labels), cct.exclusive[:, col])
     wanted = set(rows)
     kern: dict[int, dict[str, list[int]]] = {g: {} for g in rows}
     for i in leaves.tolist():
@@ -121,6 +159,8 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
             **({metric: _value(int(row[col]), metric)} if metric not in ("gpu_time", "kernel_time",
                                                                           "memset_time", "cpu_time") else {}),
         })
+        if per_rank is not None:
+            out[-1]["per_rank"] = {str(r): _value(int(v), metric) for r, v in zip(ranks, per_rank[g].tolist())}
     meta = profile.meta
     return {
         "schema": SCHEMA,

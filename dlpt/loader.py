@@ -31,6 +31,38 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     return prof
 
 
+def input_files(path: str) -> list[str]:
+    """A file itself, or the `.dlpt` profiles and Kineto traces in a directory, sorted by name."""
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise DlptError(f"{path}: no such file or directory")
+        return [path]
+    from dlpt.collectors.kineto.decode import trace_files
+
+    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+    profiles = [os.path.join(path, n) for n in names
+                if n.endswith(".dlpt") and os.path.isfile(os.path.join(path, n))]
+    traces = trace_files(path) if any(n.endswith((".json", ".json.gz")) for n in names) else []
+    if not profiles and not traces:
+        raise DlptError(f"{path}: no .dlpt profiles and no Kineto traces (*.json, *.json.gz) in this directory")
+    return profiles + traces
+
+
+def open_profiles(paths: list[str], rank: int | None = None, progress: Progress | None = None) -> Profile:
+    """Open one or several profiles, Kineto traces, or directories of them: several are merged
+    into one profile with a `rank N` node per input (dlpt.merge); `rank` keeps only that rank."""
+    from dlpt.merge import merge_profiles
+
+    files = [f for p in paths for f in input_files(p)]
+    prof = merge_profiles([open_profile(f, progress) for f in files])
+    prof.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
+    if rank is not None:
+        from dlpt.ranks import select_rank
+
+        prof = select_rank(prof, rank)
+    return prof
+
+
 def snapshot_sources(profile: Profile, roots: list[str]) -> dict[str, str]:
     """The text of each source file on the profile's paths that can be found on this machine.
 

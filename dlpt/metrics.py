@@ -10,11 +10,13 @@ if TYPE_CHECKING:
     from dlpt.profile import Profile
 
 METRICS = (
-    "gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
+    "gpu_time", "kernel_time", "comm_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
     "memset_time", "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count",
     "memset_count", "cpu_time",
 )
 COL = {m: i for i, m in enumerate(METRICS)}
+# The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
+METRICS_V1 = tuple(m for m in METRICS if m != "comm_time")
 TIME_METRICS = frozenset(m for m in METRICS if m.endswith("_time"))
 BYTE_METRICS = frozenset(m for m in METRICS if m.endswith("_bytes"))
 
@@ -43,6 +45,29 @@ def metric_unit(metric: str) -> str:
     return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
 
 
+# Collective communication, by name. Kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's,
+# the libraries whose collectives run as GPU kernels under torch.distributed. Host ops: the
+# c10d dispatcher ops (c10d::allreduce_, ...) and the spans the process-group backends open
+# around each collective (nccl:all_reduce, gloo:all_reduce, ...), where a rank waits for the
+# others on the host (gloo on CPU: the whole collective).
+_COLLECTIVE_PREFIXES = ("nccl", "rccl", "gloo:", "c10d::", "mpi:", "ucc:")
+
+
+def is_collective(name: str) -> bool:
+    """Is this kernel or op a collective (all-reduce, all-gather, ...)? A collective kernel's
+    time is `comm_time`; a collective op's host time is the host side of communication."""
+    return name.lstrip("_").lower().startswith(_COLLECTIVE_PREFIXES)
+
+
+def collective_mask(frames: list, name: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Which activities (frame ids `name`, kinds `kind`) are collective kernels; one test per
+    frame, not per activity."""
+    per_frame = np.fromiter((is_collective(f.name) for f in frames), dtype=bool, count=len(frames))
+    if not len(name):
+        return np.zeros(0, dtype=bool)
+    return (np.asarray(kind) == KERNEL) & per_frame[np.asarray(name)]
+
+
 def metric_column(name: str) -> int:
     from dlpt.errors import DlptError
 
@@ -67,9 +92,11 @@ def default_metric(*profiles: Profile) -> str:
 
 def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.ndarray,
                      nbytes: np.ndarray, cpu_node: np.ndarray, cpu_self: np.ndarray,
-                     count: np.ndarray | None = None) -> np.ndarray:
+                     count: np.ndarray | None = None, collective: np.ndarray | None = None) -> np.ndarray:
     """Exclusive metrics of every node from activity rows (each standing for `count`
-    activities; one if None), in one pass of bincounts."""
+    activities; one if None), in one pass of bincounts. `collective` marks the rows that are
+    collective kernels (`collective_mask`): their time is counted in kernel_time and gpu_time
+    like any kernel's, and in comm_time too."""
     out = np.zeros((n_nodes, len(METRICS)), dtype=np.int64)
     if len(node):
         for k in range(6):
@@ -83,6 +110,13 @@ def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.n
             if k in _KIND_BYTES_COL:
                 out[:, _KIND_BYTES_COL[k]] += np.bincount(nk, weights=nbytes[sel], minlength=n_nodes).astype(np.int64)
         out[:, COL["gpu_time"]] = out[:, _KIND_TIME_COL].sum(axis=1)
+        if collective is not None and collective.any():
+            out[:, COL["comm_time"]] = comm_column(n_nodes, node, dur, collective)
     if len(cpu_node):
         out[:, COL["cpu_time"]] = np.bincount(cpu_node, weights=cpu_self, minlength=n_nodes).astype(np.int64)
     return out
+
+
+def comm_column(n_nodes: int, node: np.ndarray, dur: np.ndarray, collective: np.ndarray) -> np.ndarray:
+    """comm_time of every node: the duration of its collective kernels."""
+    return np.bincount(node[collective], weights=dur[collective], minlength=n_nodes).astype(np.int64)

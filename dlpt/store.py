@@ -30,11 +30,14 @@ import numpy as np
 from dlpt.cct import CCT
 from dlpt.errors import DlptError
 from dlpt.frames import Frame
-from dlpt.metrics import ACTIVITY_KIND_NAMES, METRICS
+from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
 # 2: activity rows carry `count` (a recording aggregates them); version 1 files read as count 1.
-SCHEMA_VERSION = 2
+# 3: the comm_time metric column; the `metrics` meta key names the columns of `exclusive`.
+# Earlier profiles still open: their columns are METRICS_V1, and comm_time comes from their
+# activities. A dlpt that reads up to version 2 refuses a version-3 file with "upgrade dlpt".
+SCHEMA_VERSION = 3
 MAGIC = "dlpt"
 
 _SCHEMA = f"""
@@ -262,6 +265,7 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     meta = dict(profile.meta)
     meta["format"] = MAGIC
+    meta["metrics"] = list(METRICS)
     con.executemany("INSERT INTO meta VALUES (?, ?)",
                     [(k, json.dumps(v, default=str)) for k, v in meta.items()])
     con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)",
@@ -343,14 +347,35 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         dt, _, shape = dtype.partition(":")
         dims = tuple(int(x) for x in shape.split(",") if x)
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
-    cct = CCT(arrays["parent"], arrays["frame"], arrays["exclusive"])
+    act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
+    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act)
+    cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
         raise ValueError("nodes refer to missing frames")
     par = cct.parent[1:]
     if len(par) and ((par < 0).any() or (par >= np.arange(1, len(cct))).any()):
         raise ValueError("the tree is not in preorder")
-    act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
         raise ValueError("activities refer to missing nodes")
     sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
     return Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
+
+
+def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], frames: list[Frame],
+                    act: Activities) -> np.ndarray:
+    """The stored exclusive matrix with its columns in this dlpt's METRICS order, matched by
+    name. A metric the file lacks is zero, except comm_time, which older profiles can give
+    exactly: it is the time of their collective kernels, and every kernel is in `activity`."""
+    names = [str(m) for m in names]
+    if tuple(names) == METRICS:
+        return stored
+    if stored.ndim != 2 or stored.shape[1] != len(names):
+        raise ValueError("the metric columns do not match their names")
+    out = np.zeros((stored.shape[0], len(METRICS)), dtype=np.int64)
+    for j, m in enumerate(names):
+        if m in COL:
+            out[:, COL[m]] = stored[:, j]
+    if "comm_time" not in names and len(act):
+        coll = collective_mask(frames, act.name, act.kind)
+        out[:, COL["comm_time"]] = comm_column(len(out), act.node, act.duration, coll)
+    return out

@@ -69,8 +69,46 @@ def header(profile: Profile, metric: str) -> list[str]:
         for reason, v in s["unattributed"].items():
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
+    lines += rank_lines(profile, metric)
     if profile.source == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
+    return lines
+
+
+def rank_lines(profile: Profile, metric: str) -> list[str]:
+    """Several ranks: each rank's total and communication share, and the straggler verdict
+    (dlpt.ranks.straggler says the rule)."""
+    from dlpt.ranks import STRAGGLER_MIN_SHARE, rank_totals, straggler
+
+    totals = rank_totals(profile, metric)
+    if len(totals) < 2:
+        return []
+
+    def comm(t: dict[str, Any]) -> str:
+        return f" (communication {t['comm_percent']:.1f}%)" if t["comm"] else ""
+
+    lines = [f"{len(totals)} ranks, {metric} per rank: "
+             + " · ".join(f"rank {t['rank']} {fmt_metric(metric, t[metric])}{comm(t)}" for t in totals)]
+    v = straggler(profile, metric)
+    if v is None or not any(v["compute"].values()):
+        return lines  # nothing computed in this metric: no rank is slower than another
+    slow = f"rank {v['rank']}"
+    if not v["straggler"]:
+        lines.append(f"ranks balanced: the slowest, {slow}, computes {v['excess_percent']:.1f}% more than the "
+                     f"median of the others (a straggler needs {100 * STRAGGLER_MIN_SHARE:.0f}%)")
+        return lines
+    text = (f"straggler: {slow} computes {fmt_metric(metric, v['excess'])} ({v['excess_percent']:.1f}%) more "
+            "than the median of the others")
+    if v["line"]:
+        ln = v["line"]
+        code = profile.source_line(ln["file"], ln["line"])
+        where = safe_text(ln["label"] + (f"  ▸ {code}" if code else ""))
+        text += f"; most on {where} (+{fmt_metric(metric, ln['excess'])} over any other rank)"
+    lines.append(text)
+    if v["comm_wait"] is not None:
+        how = "mirrors the excess" if v["mirrored"] else "does not mirror the excess"
+        lines.append(f"  the other ranks wait {fmt_metric(metric, max(v['comm_wait'], 0))} longer in collectives "
+                     f"than {slow}: {how}")
     return lines
 
 
@@ -148,6 +186,7 @@ def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = Non
     col = metric_column(opts.metric)
     total = int(profile.cct.exclusive[:, col].sum())
     order = np.argsort(-fv.exclusive[:, col], kind="stable")
+    spread = _rank_values(profile, fv.owner, len(fv.labels), col)
     rows = []
     for g in order.tolist():
         if fv.exclusive[g, col] <= 0 and fv.inclusive[g, col] <= 0:
@@ -159,6 +198,8 @@ def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = Non
             "percent": round(100.0 * fv.exclusive[g, col] / total, 3) if total else 0.0,
             "metrics": {m: int(v) for m, v in zip(METRICS, fv.exclusive[g].tolist())},
         })
+        if spread is not None:
+            rows[-1]["per_rank"] = {str(r): int(v) for r, v in zip(spread[0], spread[1][g].tolist())}
     hidden = hidden if hidden is not None else Hidden()
     if opts.min_percent:
         n = len(rows)
@@ -170,11 +211,38 @@ def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = Non
     return rows
 
 
+def _rank_values(profile: Profile, owner: np.ndarray, n_groups: int, col: int) -> tuple[list[int], np.ndarray] | None:
+    """Each group's self value on each rank, when the profile holds several ranks."""
+    from dlpt.ranks import is_multi_rank, per_rank_groups
+
+    if not is_multi_rank(profile):
+        return None
+    return per_rank_groups(profile, owner, n_groups, profile.cct.exclusive[:, col])
+
+
+def rank_spread(per_rank: dict[str, int]) -> tuple[int, float, int, str]:
+    """(min, median, max, the rank that has the max) of one row's per-rank values."""
+    vals = np.array(list(per_rank.values()), dtype=np.int64)
+    k = int(np.argmax(vals))
+    return int(vals.min()), float(np.median(vals)), int(vals[k]), list(per_rank)[k]
+
+
+def _spread_text(metric: str, per_rank: dict[str, int] | None) -> str:
+    if per_rank is None:
+        return ""
+    lo, med, hi, who = rank_spread(per_rank)
+    return (f"{fmt_metric(metric, lo):>10} {fmt_metric(metric, int(round(med))):>10} "
+            f"{fmt_metric(metric, hi):>10} {'r' + who:>5}  ")
+
+
 def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
     hidden = Hidden()
     rows = flat_rows(profile, opts, hidden)
     lines = [f"flat view by {opts.by}, {opts.metric} (self = owned by the {opts.by}; total = everything beneath it)",
              _head("self", "total")]
+    if rows and "per_rank" in rows[0]:
+        lines[0] += "; min / median / max: self on each rank, and the rank with the max"
+        lines[1] = _head("self", "total").replace("name", f"{'min':>10} {'median':>10} {'max':>10} {'rank':>5}  name")
     for r in rows:
         fr = r["frame"]
         if opts.by == "kernel" and fr.kind == "kernel" and not opts.full_names:
@@ -184,7 +252,8 @@ def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
         else:
             name = r["name"]
         lines.append(_row(r["percent"], fmt_metric(opts.metric, r["self"]),
-                          fmt_metric(opts.metric, r["total"]), safe_text(name)))
+                          fmt_metric(opts.metric, r["total"]),
+                          _spread_text(opts.metric, r.get("per_rank")) + safe_text(name)))
     if not rows and not hidden.by_min:
         lines.append(f"(no {opts.metric} in this profile)")
     note = hidden.note(opts, "row")

@@ -12,7 +12,7 @@ from dlpt.cct import CCT, TreeBuilder
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import LinkResult, _Columns, link_columns, link_trace  # noqa: F401
 from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import exclusive_matrix
+from dlpt.metrics import collective_mask, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.transforms import prune_empty
 from dlpt.version import __version__
@@ -41,39 +41,47 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
     if isinstance(paths, str):
         paths = [paths]
     files = [f for p in paths for f in trace_files(p)]
+    if len(files) == 1:
+        return _import_one(files[0], progress, 0, 1)
+    from dlpt.merge import merge_profiles
+
+    # Several traces (ranks): each is read alone, then merged the one way dlpt merges profiles.
+    parts = []
+    for k, f in enumerate(files):
+        part = _import_one(f, progress, k, len(files))
+        part.path = f
+        parts.append(part)
+    merged = merge_profiles(parts)
+    merged.meta["traces"] = files
+    return merged
+
+
+def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     frames = FrameTable()
-    root_name = os.path.basename(files[0]) if len(files) == 1 else f"{len(files)} traces"
-    builder = TreeBuilder(frames.intern(Frame("root", root_name)))
+    builder = TreeBuilder(frames.intern(Frame("root", os.path.basename(f))))
     out = LinkResult()
     meta: dict[str, object] = {"source": "kineto", "dlpt_version": __version__,
-                               "command": "", "traces": files}
-    devices: list[object] = []
-    for k, f in enumerate(files):
-        if progress:
-            progress(f"reading {os.path.basename(f)}", k, len(files))
-        trace, cols = _read(f)
-        rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
-        if len(files) > 1:
-            label = f"rank {rank}" if isinstance(rank, int) else os.path.basename(f)
-            base = builder.child(0, frames.intern(Frame("rank", label)))
-        else:
-            base = 0
-            if isinstance(rank, int):
-                meta["rank"] = rank
-        link_columns(trace, cols, builder, frames, base, out)
-        del cols
-        if isinstance(trace.deviceProperties, list):
-            devices.extend(d for d in trace.deviceProperties if isinstance(d, dict))
-        for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version"):
-            v = getattr(trace, key)
-            if v is not None:
-                meta.setdefault(key, v)
-        if trace.distributedInfo is not None and isinstance(trace.distributedInfo.world_size, int):
-            meta["world_size"] = trace.distributedInfo.world_size
+                               "command": "", "traces": [f]}
     if progress:
-        progress("linking", len(files), len(files))
-    if devices:
-        meta["devices"] = devices
+        progress(f"reading {os.path.basename(f)}", k, n)
+    trace, cols = _read(f)
+    rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
+    if isinstance(rank, int):
+        meta["rank"] = rank
+    link_columns(trace, cols, builder, frames, 0, out)
+    del cols
+    if isinstance(trace.deviceProperties, list):
+        devices = [d for d in trace.deviceProperties if isinstance(d, dict)]
+        if devices:
+            meta["devices"] = devices
+    for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version"):
+        v = getattr(trace, key)
+        if v is not None:
+            meta.setdefault(key, v)
+    if trace.distributedInfo is not None and isinstance(trace.distributedInfo.world_size, int):
+        meta["world_size"] = trace.distributedInfo.world_size
+    if progress:
+        progress("linking", k + 1, n)
     meta["skipped_events"] = out.skipped
     return finish(builder, frames, out, meta)
 
@@ -112,6 +120,7 @@ def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict
     )
     cpu_node = new_of_old[np.asarray(out.cpu_node, dtype=i64)] if out.cpu_node else np.zeros(0, i64)
     exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
-                           cpu_node, np.asarray(out.cpu_self, dtype=i64), act.count)
+                           cpu_node, np.asarray(out.cpu_self, dtype=i64), act.count,
+                           collective=collective_mask(frames.frames, act.name, act.kind))
     # Nodes with nothing beneath them (a call that reached no op or GPU work) say nothing.
     return prune_empty(Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta))

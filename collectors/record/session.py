@@ -24,6 +24,7 @@ from dlpt.collectors.record.fused import attribute_compiled
 from dlpt.collectors.record.provenance import Provenance
 from dlpt.collectors.record.tree import TrieConverter
 from dlpt.profile import Profile
+from dlpt.ranks import rank_info
 from dlpt.version import __version__
 
 NO_GPU_NOTICE = "dlpt: no GPU seen; recording host op time (cpu_time) only"
@@ -275,21 +276,5 @@ class Recorder:
                              "computeMajor": p.major, "computeMinor": p.minor,
                              "numSms": p.multi_processor_count})
             meta["devices"] = devs
-        meta.update(_rank_meta(torch))
+        meta.update(rank_info())  # rank, world_size, local_rank, host (dlpt/ranks.py)
         return meta
-
-
-def _rank_meta(torch: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
-    except Exception:  # noqa: BLE001 - a broken process group must not lose the profile
-        pass
-    for key, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
-        v = os.environ.get(env, "")
-        if v.isdigit():
-            out[key] = int(v)
-    return out

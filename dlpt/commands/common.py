@@ -33,6 +33,18 @@ def choose_metric(metric: str | None, *profiles: Profile) -> str:
     return chosen
 
 
+def add_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile", nargs="+", metavar="PROFILE",
+                   help="a .dlpt profile, a Kineto trace, or a directory of them; several (one per "
+                   "rank) are merged, each rank's tree under a `rank N` node")
+    add_rank(p)
+
+
+def add_rank(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rank", type=positive_int, default=None, metavar="R",
+                   help="of several ranks, look at rank R alone")
+
+
 def add_library(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-library", action="store_true",
                    help="show frames inside torch, the standard library and dlpt (hidden by default)")

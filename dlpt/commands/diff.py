@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, choose_metric, positive_int, write_output
+from dlpt.commands.common import add_library, add_metric, add_rank, choose_metric, positive_int, write_output
 
 EPILOG = """\
 examples:
@@ -13,6 +13,7 @@ examples:
   dlpt diff before.dlpt after.dlpt --by kernel --top 10
   dlpt diff a.pt.trace.json.gz b.pt.trace.json.gz --by op --metric cpu_time
   dlpt diff before.dlpt after.dlpt --format json -o diff.json
+  dlpt diff before/ after/ --rank 1                rank 1 of two directories of rank profiles
 
 Rows are matched across the runs by file and line, then (when code moved) by the text of the
 line within its function, then by file and function; the 'matched by' column says which.
@@ -26,8 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Compare two profiles (.dlpt files or Kineto traces): the change "
                        "of a metric per line, function, file, kernel or op, largest first.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("before", metavar="A", help="the first (baseline) profile")
-    p.add_argument("after", metavar="B", help="the second profile")
+    p.add_argument("before", metavar="A", help="the first (baseline) profile, or a directory of "
+                   "its ranks' profiles (merged)")
+    p.add_argument("after", metavar="B", help="the second profile, or a directory of its ranks' profiles")
+    add_rank(p)
     p.add_argument("--by", "-b", default="line", choices=GROUPINGS, help="what to compare (default: line)")
     add_metric(p)
     p.add_argument("--top", "-n", type=positive_int, default=20, help="rows to show; 0 for all (default: 20)")
@@ -39,10 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlpt.diff import diff_json, diff_profiles, render_text
-    from dlpt.loader import open_profile
+    from dlpt.loader import open_profiles
 
-    a = open_profile(args.before)
-    b = open_profile(args.after)
+    a = open_profiles([args.before], args.rank)
+    b = open_profiles([args.after], args.rank)
     d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b), include_library=args.include_library)
     if args.format == "json":
         doc = diff_json(d, args.top)

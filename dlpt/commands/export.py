@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_library, add_metric, choose_metric, positive_int, write_output
+from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, positive_int, write_output
 
 EPILOG = """\
 examples:
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export hotspots JSON and other formats",
                        description="Write a profile in another format.\n\nformats:\n" + lines,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("profile", metavar="PROFILE")
+    add_inputs(p)
     p.add_argument("-f", "--format", default="hotspots", choices=names, metavar="FORMAT",
                    help="one of: " + ", ".join(names) + " (default: hotspots)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
@@ -34,11 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.loader import open_profile
+    from dlpt.loader import open_profiles
     from dlpt.viewers.exporters import ExportOptions, get_exporter
 
     exporter = get_exporter(args.format)
-    prof = open_profile(args.profile)
+    prof = open_profiles(args.profile, args.rank)
     opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library)
     write_output(args.output, lambda f: exporter.export(prof, f, opts))
     return 0

@@ -1,4 +1,5 @@
-"""`dlpt import TRACE... -o OUT`: Kineto traces into a `.dlpt` profile."""
+"""`dlpt import INPUT... -o OUT`: Kineto traces, per-rank `.dlpt` profiles or directories of them
+into one `.dlpt` profile (several inputs merged, a `rank N` node each)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ EPILOG = """\
 examples:
   dlpt import trace.pt.trace.json.gz -o run.dlpt
   dlpt import ./log/ -o run.dlpt            a directory of per-rank traces (tensorboard_trace_handler)
+  dlpt import run.rank*.dlpt -o run.dlpt    the ranks' profiles, gathered from the nodes, as one
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import", help="turn Kineto traces into a .dlpt profile",
-                       description="Read torch.profiler (Kineto) traces — .json, .json.gz, or a "
-                       "directory of per-rank files — and save them as one .dlpt profile (several "
-                       "ranks: one tree, `rank N` at the top of each).",
+    p = sub.add_parser("import", help="turn Kineto traces or per-rank profiles into one .dlpt profile",
+                       description="Read torch.profiler (Kineto) traces — .json, .json.gz — and "
+                       ".dlpt profiles, or directories of them, and save them as one .dlpt profile; "
+                       "several inputs (ranks) are merged, each under a `rank N` node.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="+", metavar="TRACE",
-                   help="a Kineto trace (.json or .json.gz), a directory of them (one per rank, as "
-                   "tensorboard_trace_handler writes); several TRACEs are read as ranks of one run")
+    p.add_argument("traces", nargs="+", metavar="INPUT",
+                   help="a Kineto trace (.json or .json.gz), a .dlpt profile, or a directory of them "
+                   "(one per rank, as tensorboard_trace_handler or torchrun + dlpt record write them)")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="the .dlpt profile to write (written whole or not at all; see --force)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
@@ -31,15 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.collectors.kineto import import_traces
-    from dlpt.loader import snapshot_sources
+    from dlpt.loader import open_profiles, snapshot_sources
     from dlpt.progress import progress_for
     from dlpt.store import save
 
     if os.path.exists(args.output) and not args.force:
         raise DlptError(f"{args.output} exists; pass --force to overwrite it")
     with progress_for(None) as prog:
-        prof = import_traces(args.traces, progress=prog)
+        prof = open_profiles(args.traces, progress=prog)
     roots = [os.path.dirname(os.path.abspath(t)) for t in args.traces] + [os.getcwd()]
     prof.sources.update(snapshot_sources(prof, roots))
     save(prof, args.output, force=args.force)

@@ -19,6 +19,9 @@ examples:
   dlpt record -o run.dlpt -- python train.py --epochs 1
   dlpt record -m mypkg.train --lr 0.1
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
+  torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
+                                              run.rank0.dlpt, run.rank1.dlpt
+  torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
 
 The program's own flags pass through untouched. dlpt exits with the program's status; the
 profile is saved also when the program raises, calls sys.exit or is interrupted, and while the
@@ -34,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "source-mapped profile of it.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", metavar="OUT",
-                   help="profile to write (default: dlpt-<name>.<pid>.dlpt)")
+                   help="profile to write (default: dlpt-<name>.<pid>.dlpt); under torchrun each "
+                   "rank writes OUT with .rank<R> before .dlpt, or where OUT says {rank}")
     p.add_argument("--steps", metavar="A:B",
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
     p.add_argument("--snapshot-seconds", type=float, default=5.0, metavar="S",
@@ -81,7 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if mode == "script":
         _check_script(target)
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
-    out = args.output or f"dlpt-{name}.{os.getpid()}.dlpt"
+    # Under torchrun every rank runs this same command line: each writes its own file.
+    from dlpt.ranks import default_output, rank_info, rank_output
+
+    who = rank_info()
+    out = rank_output(args.output, who["rank"], who["world_size"]) if args.output else default_output(name, who)
     # Everything that would make the save fail is checked before the program runs: an existing
     # OUT without --force, a missing or unwritable directory, a nearly full disk.
     check_output(out, args.force)
@@ -272,6 +280,14 @@ def _signal_name(signum: int) -> str:
     return "interrupted (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+# The program's globals stay alive until dlpt exits, as `python SCRIPT` keeps __main__'s. Freeing
+# them the moment the program returns, recording still on, deadlocked DDP programs under torchrun
+# (seen with dlpt's torch.profiler-based recorder): the Reducer's ProcessGroupGloo destructor joins
+# gloo's worker thread while holding the GIL, and that thread needs the GIL to free a finished
+# collective's thread-local state, which held a Python object.
+_NAMESPACES: list[dict[str, Any]] = []
+
+
 def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
                  on_terminate: object = None, then: object = None) -> tuple[int, int | None]:
     """Run the program as python would: (exit status, signal that ended it or None)."""
@@ -292,11 +308,11 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
         with ProgramSignals(on_terminate, then):  # type: ignore[arg-type]
             rec.start()  # type: ignore[attr-defined]
             if mode == "script":
-                runpy.run_path(target, run_name="__main__")
+                _NAMESPACES.append(runpy.run_path(target, run_name="__main__"))
             else:
                 # alter_sys=False: with True, torch 2.13's profiler names the module's file
                 # "site-packages" and the program's lines are lost; argv[0] is set above instead.
-                runpy.run_module(target, run_name="__main__", alter_sys=False)
+                _NAMESPACES.append(runpy.run_module(target, run_name="__main__", alter_sys=False))
         return 0, None
     except SystemExit as e:
         return _exit_status(e.code), None

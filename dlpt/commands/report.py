@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, choose_metric, percent, positive_int, write_output
-from dlpt.loader import open_profile
+from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, percent, positive_int, write_output
+from dlpt.loader import open_profiles
 from dlpt.views import GROUPINGS, VIEWS, prepare
 
 EPILOG = """\
@@ -16,6 +16,8 @@ examples:
   dlpt report trace.pt.trace.json.gz --view flat --by kernel
   dlpt report run.dlpt --view bottom-up --metric htod_time
   dlpt report run.dlpt --format json > report.json
+  dlpt report run.rank*.dlpt --view flat          ranks merged: per-rank spread, straggler
+  dlpt report profiles/ --rank 1                  one rank of a directory of rank profiles
 """
 
 
@@ -24,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print the top-down, bottom-up or flat view of a profile "
                        "(a .dlpt file, a Kineto trace, or a directory of traces).",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("profile", metavar="PROFILE")
+    add_inputs(p)
     p.add_argument("--view", "-v", default="top-down", choices=VIEWS)
     p.add_argument("--by", "-b", default="line", choices=GROUPINGS,
                    help="grouping of the flat view (default: line)")
@@ -45,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
-    prof = prepare(open_profile(args.profile), args.include_library)
+    prof = prepare(open_profiles(args.profile, args.rank), args.include_library)
     metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_library, add_metric
+from dlpt.commands.common import add_inputs, add_library, add_metric
 
 EPILOG = """\
 examples:
   dlpt view run.dlpt
   dlpt view trace.pt.trace.json.gz
   dlpt view traces/ --metric htod_time --include-library
+  dlpt view run.rank0.dlpt run.rank1.dlpt        ranks merged; --rank 1 for one of them
 
 keys: 1 top-down · 2 bottom-up · 3 flat (g: grouping) · enter expand · e hottest path ·
       b back · / search · m pick metric (s: next) · l library frames · x export hotspots ·
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Explore a profile (a .dlpt file, a Kineto trace, or a directory of "
                        "traces) in an interactive terminal UI.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("profile", metavar="PROFILE")
+    add_inputs(p)
     add_metric(p)
     add_library(p)
     p.set_defaults(func=run)
@@ -33,4 +34,4 @@ def run(args: argparse.Namespace) -> int:
     # textual is imported only when the TUI runs, so the other commands start fast.
     from dlpt.viewers.tui import run_app
 
-    return run_app(args.profile, include_library=args.include_library, metric=args.metric)
+    return run_app(args.profile, include_library=args.include_library, metric=args.metric, rank=args.rank)

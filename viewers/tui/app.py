@@ -74,12 +74,15 @@ class DlptApp(App[int]):
         Binding("escape", "clear_search", "clear", show=False),
     ]
 
-    def __init__(self, path: str | None = None, profile: Profile | None = None, *,
-                 include_library: bool = False, metric: str | None = None) -> None:
+    def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
+                 include_library: bool = False, metric: str | None = None, rank: int | None = None) -> None:
         super().__init__()
-        if path is None and profile is None:
+        if not path and profile is None:
             raise ValueError("DlptApp needs a path or a profile")
-        self.path = path
+        # Several paths (ranks, or a directory of them) open as one merged profile.
+        self.paths = [path] if isinstance(path, str) else list(path or [])
+        self.path = " ".join(self.paths) or None
+        self.rank = rank
         self.base = profile
         self.include_library = include_library
         # None until the profile is read: then the model's default (`default_metric`).
@@ -161,7 +164,7 @@ class DlptApp(App[int]):
 
     def _load(self) -> Variant:
         if self.base is None:
-            from dlpt.loader import open_profile
+            from dlpt.loader import open_profiles
 
             assert self.path is not None
             last = [0.0]
@@ -175,7 +178,7 @@ class DlptApp(App[int]):
                     pct = f" {100 * done // total}%" if total else ""
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
-            self.base = open_profile(self.path, progress=progress)
+            self.base = open_profiles(self.paths, self.rank, progress=progress)
         if not self.metric:
             self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
@@ -477,11 +480,13 @@ class DlptApp(App[int]):
         return [] if o is None else [o.source.label(int(k)) for k in o.keys]
 
 
-def run_app(path: str, include_library: bool = False, metric: str | None = None) -> int:
-    """Run the TUI on `path`; raise DlptError when the profile cannot be opened."""
-    if not os.path.exists(path):
-        raise DlptError(f"{path}: no such file or directory")
-    app = DlptApp(path, include_library=include_library, metric=metric)
+def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,
+            rank: int | None = None) -> int:
+    """Run the TUI on `path` (or several, merged); raise DlptError when it cannot be opened."""
+    for p in [path] if isinstance(path, str) else path:
+        if not os.path.exists(p):
+            raise DlptError(f"{p}: no such file or directory")
+    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank)
     rc = app.run()
     if app.error:
         raise DlptError(app.error)

@@ -126,6 +126,10 @@ class TreeTable(ScrollView, can_focus=True):
         src = self.outline.source if self.outline is not None else None
         cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
                                             (src.secondary_name if src else "self", "secondary", VALUE_W)]
+        # Several ranks, flat view: each row's spread over the ranks, before the per-kind columns.
+        if src is not None and hasattr(src, "per_rank") and src.per_rank(COL[self.metric]) is not None:
+            cols += [("min", "rank:min", VALUE_W), ("median", "rank:median", VALUE_W),
+                     ("max", "rank:max", VALUE_W), ("rank", "rank:which", 5)]
         for head, m in KIND_COLUMNS:
             if src is None or m == self.metric or src.total(COL[m]) == 0:
                 continue
@@ -217,6 +221,13 @@ class TreeTable(ScrollView, can_focus=True):
             elif role == "secondary":
                 v = int(src.secondary(k1, col)[0])
                 cell = fmt_metric(self.metric, v) if v else ""
+            elif role.startswith("rank:"):
+                spread = src.rank_spread(key, col)  # type: ignore[attr-defined]
+                i = ("rank:min", "rank:median", "rank:max", "rank:which").index(role)
+                if spread is None or not spread[2]:
+                    cell = ""
+                else:
+                    cell = f"r{spread[3]}" if i == 3 else fmt_metric(self.metric, spread[i]) if spread[i] else ""
             else:
                 v = int(src.kind_values(k1, COL[role])[0])
                 cell = fmt_metric(role, v) if v else ""

@@ -1,0 +1,245 @@
+"""Several ranks (DESIGN §2): who this process is, where its profile goes, and, once profiles are
+merged (`dlpt.merge`), each rank's share of the tree: per-rank totals, per-rank values of any
+grouping, one rank's tree alone, and the straggler verdict."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from dlpt.errors import DlptError
+from dlpt.merge import rank_of
+from dlpt.metrics import COL, is_collective, metric_column
+from dlpt.profile import Profile
+
+# ----- this process -----
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name, "").strip()
+    return int(v) if v.isdigit() else None
+
+
+def rank_info() -> dict[str, Any]:
+    """{rank, world_size, local_rank, host} of this process: from an initialised
+    torch.distributed process group when there is one, else from the RANK / WORLD_SIZE /
+    LOCAL_RANK that torchrun (and most launchers) set; a lone process is rank 0 of 1.
+
+    torch is not imported here: if the program has not imported torch.distributed, no process
+    group can exist."""
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                rank, world = dist.get_rank(), dist.get_world_size()
+        except Exception:  # noqa: BLE001 - a broken process group must not cost the profile
+            pass
+    local = _env_int("LOCAL_RANK")
+    return {"rank": rank if rank is not None else 0, "world_size": world if world is not None else 1,
+            "local_rank": local if local is not None else (rank if rank is not None else 0),
+            "host": socket.gethostname()}
+
+
+_SUFFIX = re.compile(r"(\.dlpt)$", re.IGNORECASE)
+
+
+def rank_output(out: str, rank: int, world: int) -> str:
+    """Where rank `rank` of `world` writes when asked for `out`: `{rank}` in OUT is replaced by
+    the number; otherwise, with several ranks, `run.dlpt` becomes `run.rank<R>.dlpt` (`run`
+    becomes `run.rank<R>`), so no rank ever writes another's file. One rank: `out` as given."""
+    if "{rank}" in out:
+        return out.replace("{rank}", str(rank))
+    if world <= 1:
+        return out
+    head, tail = os.path.split(out)
+    if _SUFFIX.search(tail):
+        tail = _SUFFIX.sub(f".rank{rank}\\1", tail)
+    else:
+        tail = f"{tail}.rank{rank}"
+    return os.path.join(head, tail)
+
+
+def default_output(name: str, info: dict[str, Any]) -> str:
+    """`dlpt-<name>.<pid>.dlpt`; with several ranks `dlpt-<name>.<launcher pid>.rank<R>.dlpt`:
+    the ranks of one node are children of one launcher (torchrun), so its pid groups a run's
+    files together where each rank's own pid would scatter them."""
+    world = int(info.get("world_size") or 1)
+    pid = os.getppid() if world > 1 else os.getpid()
+    return rank_output(f"dlpt-{name}.{pid}.dlpt", int(info.get("rank") or 0), world)
+
+
+# ----- a merged profile -----
+
+
+def rank_nodes(profile: Profile) -> list[tuple[int, int]]:
+    """(rank, node) of each `rank N` node under the root, in tree order; [] for one rank."""
+    out = []
+    for k in profile.cct.children(0).tolist():
+        r = rank_of(profile.frame_of(k))
+        if r is not None:
+            out.append((r, int(k)))
+    return out
+
+
+def ranks_of(profile: Profile) -> list[int]:
+    return [r for r, _ in rank_nodes(profile)]
+
+
+def is_multi_rank(profile: Profile) -> bool:
+    return len(rank_nodes(profile)) > 1
+
+
+def select_rank(profile: Profile, rank: int) -> Profile:
+    """Rank `rank`'s tree alone, its `rank N` node as the root. A profile of one rank is its
+    own answer when it is that rank."""
+    from dlpt.transforms import focus
+
+    nodes = rank_nodes(profile)
+    for r, node in nodes:
+        if r == rank:
+            out = focus(profile, node)
+            meta = {k: v for k, v in profile.meta.items() if k != "ranks"}
+            meta.update(next((m for m in profile.meta.get("ranks") or [] if m.get("rank") == rank), {}))
+            return replace(out, meta=meta)
+    have = [r for r, _ in nodes]
+    if not have:
+        mine = profile.meta.get("rank", 0)
+        if mine == rank:
+            return profile
+        have = [mine]
+    raise DlptError(f"no rank {rank} in {profile.path or 'the profile'}; it has rank "
+                    f"{', '.join(map(str, have))}: choose one of those with --rank")
+
+
+def node_rank_index(profile: Profile) -> tuple[list[int], np.ndarray]:
+    """(ranks, index of each node's rank in `ranks`, -1 above the rank nodes): rank nodes head
+    contiguous preorder slices, so this is one slice assignment per rank."""
+    nodes = rank_nodes(profile)
+    idx = np.full(len(profile.cct), -1, dtype=np.int64)
+    end = profile.cct.end
+    for j, (_, node) in enumerate(nodes):
+        idx[node:end[node]] = j
+    return [r for r, _ in nodes], idx
+
+
+def per_rank_groups(profile: Profile, owner: np.ndarray, n_groups: int, values: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """(ranks, matrix[g, j]): the sum of `values` (one per node) over the nodes that group g
+    owns on rank ranks[j]. `owner` is the group of each node, -1 for none (counted in the last
+    group, as the flat view does)."""
+    ranks, ridx = node_rank_index(profile)
+    R = max(len(ranks), 1)
+    own = np.where(owner >= 0, owner, n_groups - 1)
+    sel = ridx >= 0
+    flat_index = own[sel] * R + ridx[sel]
+    m = np.bincount(flat_index, weights=values[sel], minlength=n_groups * R).astype(np.int64)
+    return ranks, m.reshape(n_groups, R)
+
+
+def comm_values(profile: Profile, metric: str) -> np.ndarray:
+    """The communication part of `metric` at each node (exclusive): for the GPU metrics that
+    count kernels (gpu_time, kernel_time, comm_time) the collective kernels' time, comm_time;
+    for cpu_time the host time of collective ops (`is_collective`) and of the ops beneath them;
+    zero for the others (copies, bytes, counts)."""
+    cct = profile.cct
+    if metric in ("gpu_time", "kernel_time", "comm_time"):
+        return cct.exclusive[:, COL["comm_time"]]
+    if metric == "cpu_time":
+        from dlpt.transforms import propagate_down
+
+        coll = np.fromiter((f.kind == "op" and is_collective(f.name) for f in profile.frames), dtype=bool,
+                           count=len(profile.frames))
+        under = propagate_down(cct, coll[cct.frame])
+        return np.where(under, cct.exclusive[:, COL["cpu_time"]], 0)
+    return np.zeros(len(cct), dtype=np.int64)
+
+
+def compute_values(profile: Profile, metric: str) -> np.ndarray:
+    """The compute part of `metric` at each node: the metric less its communication."""
+    return profile.cct.exclusive[:, metric_column(metric)] - comm_values(profile, metric)
+
+
+def rank_totals(profile: Profile, metric: str) -> list[dict[str, Any]]:
+    """Per rank: the metric, its communication part (`comm`, and its share `comm_percent`),
+    gpu_time, comm_time (collective kernels) and cpu_time."""
+    inc = profile.cct.inclusive
+    col = metric_column(metric)
+    ranks, ridx = node_rank_index(profile)
+    sel = ridx >= 0
+    comm = np.bincount(ridx[sel], weights=comm_values(profile, metric)[sel], minlength=len(ranks)).astype(np.int64)
+    out = []
+    for j, (r, node) in enumerate(rank_nodes(profile)):
+        row = inc[node]
+        total = int(row[col])
+        out.append({"rank": r, metric: total, "comm": int(comm[j]),
+                    "comm_percent": round(100.0 * comm[j] / total, 3) if total else 0.0,
+                    "gpu_time": int(row[COL["gpu_time"]]), "comm_time": int(row[COL["comm_time"]]),
+                    "cpu_time": int(row[COL["cpu_time"]])})
+    return out
+
+
+# ----- the straggler -----
+
+# A rank is called the straggler when its compute exceeds the median of the other ranks' by at
+# least this share of its own compute: below that, step-to-step noise dominates (a 2% spread
+# between identical ranks is ordinary), and every run would name one.
+STRAGGLER_MIN_SHARE = 0.05
+# The comm wait mirrors the excess when the fast ranks wait in collectives at least this share of
+# the slow rank's extra compute longer than it does.
+MIRROR_MIN_SHARE = 0.5
+
+
+def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
+    """The straggler verdict of a merged profile (None for one rank). The rule:
+
+    1. each rank's compute = its `metric` less its communication (`comm_values`: collective
+       kernels for the GPU metrics, collective ops' host time for cpu_time);
+    2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
+       other ranks); S is the straggler when excess >= STRAGGLER_MIN_SHARE * compute(S);
+    3. the straggler line is the source line (flat view by line, library frames as prepared)
+       whose compute on S exceeds its compute on every other rank by the most;
+    4. wait = median(communication of the other ranks) - communication(S): how much longer the
+       fast ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE *
+       excess (None when no rank communicated in this metric).
+    """
+    from dlpt.views import flat
+
+    totals = rank_totals(profile, metric)
+    if len(totals) < 2:
+        return None
+    ranks, ridx = node_rank_index(profile)
+    comp_node = compute_values(profile, metric)
+    compute = np.bincount(ridx[ridx >= 0], weights=comp_node[ridx >= 0], minlength=len(ranks)).astype(np.int64)
+    comm = np.array([t["comm"] for t in totals], dtype=np.int64)
+    s = int(np.argmax(compute))
+    others = np.delete(np.arange(len(ranks)), s)
+    excess = int(compute[s] - np.median(compute[others]))
+    share = excess / compute[s] if compute[s] > 0 else 0.0
+    out: dict[str, Any] = {
+        "rank": ranks[s], "metric": metric, "straggler": bool(compute[s] > 0 and share >= STRAGGLER_MIN_SHARE),
+        "compute": {str(r): int(c) for r, c in zip(ranks, compute)},
+        "excess": excess, "excess_percent": round(100.0 * share, 3),
+        "comm_wait": None, "mirrored": None, "line": None,
+    }
+    if comm.any():
+        wait = int(np.median(comm[others]) - comm[s])
+        out["comm_wait"] = wait
+        out["mirrored"] = bool(excess > 0 and wait >= MIRROR_MIN_SHARE * excess)
+    fv = flat(profile, "line")
+    _, m = per_rank_groups(profile, fv.owner, len(fv.labels), comp_node)
+    lines = m[:-1]  # the last group is <no source line>: a verdict names a line
+    if len(lines):
+        line_excess = lines[:, s] - lines[:, others].max(axis=1)
+        g = int(np.argmax(line_excess))
+        if line_excess[g] > 0:
+            fr = fv.frame[g]
+            out["line"] = {"file": fr.file, "line": fr.line, "function": fr.function, "label": fv.labels[g],
+                           "excess": int(line_excess[g]),
+                           "per_rank": {str(r): int(v) for r, v in zip(ranks, lines[g])}}
+    return out
