@@ -228,7 +228,7 @@ def test_second_ctrl_c_while_saving_abandons_and_keeps_the_old_file(tmp_path: Pa
     assert temps(tmp_path) == []
 
 
-def test_kill_9_while_running_leaves_nothing(tmp_path: Path) -> None:
+def test_kill_9_before_the_first_snapshot_leaves_nothing(tmp_path: Path) -> None:
     r = Rec(tmp_path, LOOP)
     r.wait_stdout("IN_LOOP")
     r.signal(signal.SIGKILL)

@@ -206,7 +206,7 @@ def test_import_help_documents_its_input_and_output() -> None:
     assert r.returncode == 0
     out = " ".join(r.stdout.split())
     assert "-o OUT, --output OUT" in out and ".dlpt" in out
-    assert "TRACE" in out and "directory" in out and "rank" in out
+    assert "INPUT" in out and "directory" in out and "rank" in out
 
 
 def test_export_without_output_writes_to_stdout(tmp_path) -> None:

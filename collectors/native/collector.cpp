@@ -198,12 +198,13 @@ struct OpenOp {
   // The thread's innermost Python frame when the op was entered. An op that calls back into
   // Python (a custom autograd Function's forward, a Python-implemented op) runs other frames:
   // what they launch belongs to their own lines, so a changed frame means "read the context
-  // again". kKeep: never (backward ops, whose work belongs to the forward line).
+  // again" — for a backward op (`keep`), only the frames it runs, beneath its own node, since
+  // its work belongs to the forward line (a custom backward's lines, compiled backward code).
   const void* pyframe;
+  bool keep;
   bool quiet;     // RecordFunction switched off on this thread beneath this op (see on_enter)
   int64_t seq0;   // the thread's next autograd sequence number when the op was entered
 };
-const void* const kKeep = reinterpret_cast<const void*>(1);
 
 struct FrameKey {
   int64_t parent;
@@ -419,13 +420,39 @@ const void* current_pyframe() {
 }
 
 int64_t context(ThreadState& ts);
+void read_frames(ThreadState& ts, PyThreadState* t);
+int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti);
+
+// The frames a backward op has run since it was entered, beneath its node.
+int64_t frames_under(ThreadState& ts, const OpenOp& top) {
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  if (t == nullptr) return top.node;
+#if defined(DLPT_INTERNAL_FRAMES)
+  bool gil = g_gil_frames.load(std::memory_order_relaxed);
+#else
+  bool gil = true;
+#endif
+  PyGILState_STATE g{};
+  if (gil) g = PyGILState_Ensure();
+  read_frames(ts, t);
+  int64_t k = 0, n = int64_t(ts.walk.size());
+  while (k < n && ts.walk_frames[size_t(k)] != top.pyframe) ++k;  // innermost first, down to the op's
+  int64_t node = top.node;
+  for (int64_t i = k - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+  if (gil) PyGILState_Release(g);
+  ts.last.clear();  // the prefix cache is for walks from the thread's base
+  ts.last_nodes.clear();
+  return node;
+}
 
 // The node that work entered now on this thread belongs to: the innermost open op, unless
-// Python code has run since it was entered (then the Python context).
+// Python code has run since it was entered (then the Python context; for a backward op, the
+// frames it ran, beneath it).
 int64_t current_node(ThreadState& ts, const void* frame) {
   if (!ts.stack.empty() && ts.stack.back().node >= 0) {
     const OpenOp& top = ts.stack.back();
-    if (top.pyframe == kKeep || top.pyframe == frame) return top.node;
+    if (top.pyframe == frame || frame == nullptr) return top.node;
+    if (top.keep) return frames_under(ts, top);
   }
   return context(ts);
 }
@@ -511,7 +538,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   ++ts.n_ops;
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
-    ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, 0});  // keeps enter/exit paired while switching off
+    ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, false, 0});  // keeps enter/exit paired while switching off
     return nullptr;
   }
   const void* frame = current_pyframe();
@@ -543,7 +570,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   const char* nm = name ? name : "";
   bool quiet = std::strstr(nm, "::") != nullptr && std::strncmp(nm, "autograd::engine::evaluate_function", 35) != 0;
   if (quiet) at::enableRecordFunction(false);
-  ts.stack.push_back(OpenOp{node, t0, 0, epoch, backward ? kKeep : frame, quiet,
+  ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet,
                             backward ? -1 : int64_t(at::sequence_number::peek())});
   return nullptr;
 }
