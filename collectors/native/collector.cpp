@@ -43,6 +43,8 @@
 #include <cupti.h>
 #endif
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -746,7 +748,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         if (it != g_kernel_name_cache.end()) {
           name = it->second;
         } else {
-          name = name_idx(kn ? kn : "<unnamed kernel>");
+          // CUPTI gives the mangled symbol; users (and Kineto's traces) read it demangled.
+          int status = -1;
+          char* dm = kn ? abi::__cxa_demangle(kn, nullptr, nullptr, &status) : nullptr;
+          name = name_idx(status == 0 && dm ? dm : (kn ? kn : "<unnamed kernel>"));
+          std::free(dm);
           g_kernel_name_cache.emplace(kn, name);
         }
         add_leaf_locked(record_node(k->correlationId), A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId,
