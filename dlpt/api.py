@@ -177,6 +177,12 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
 
     def __enter__(self) -> profile:
         from dlpt.collectors.record.session import Recorder
+        from dlpt.ranks import rank_info, rank_output
+
+        if self.path is not None:
+            # Under torchrun every rank records: each writes its own file (run.rank1.dlpt).
+            who = rank_info()
+            self.path = rank_output(self.path, who["rank"], who["world_size"])
 
         if self.path is not None:
             from dlpt.store import check_output

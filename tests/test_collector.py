@@ -324,3 +324,18 @@ def test_custom_function_forward_on_its_own_lines_backward_on_apply(tmp_path: Pa
     for i in bwd:
         src = [p.line for p in prof.call_path(i) if p.kind == "python" and p.file.endswith("prog.py")]
         assert src[-1] == lines["apply"], src
+
+
+def test_python_api_names_each_ranks_file(tmp_path: Path) -> None:
+    """`dlpt.profile("run.dlpt")` under torchrun (RANK/WORLD_SIZE set) writes run.rank<R>.dlpt."""
+    (tmp_path / "api.py").write_text(textwrap.dedent("""\
+        import dlpt, torch
+        with dlpt.profile("run.dlpt", quiet=True):
+            torch.ones(4).sum()
+    """))
+    r = subprocess.run([sys.executable, "api.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "run.dlpt").exists()
+    prof = dlpt.load(str(tmp_path / "run.rank1.dlpt"))
+    assert prof.meta["rank"] == 1 and prof.meta["world_size"] == 2

@@ -734,6 +734,13 @@ int64_t name_idx(const std::string& s) {
   return intern_name_locked(s);
 }
 
+template <typename Copy>
+void add_copy(const Copy* m) {
+  auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
+  add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
+                  int64_t(m->bytes), m->deviceId, m->streamId);
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
   std::lock_guard<std::mutex> lk(g_leaf_mu);
@@ -759,20 +766,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                         k->streamId);
         break;
       }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        auto* m = reinterpret_cast<DLPT_MEMCPY_T*>(rec);
-        auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
-        add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
-                        int64_t(m->bytes), m->deviceId, m->streamId);
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        add_copy(reinterpret_cast<DLPT_MEMCPY_T*>(rec));
         break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
-        auto* m = reinterpret_cast<DLPT_MEMCPY2_T*>(rec);
-        auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
-        add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
-                        int64_t(m->bytes), m->deviceId, m->streamId);
+      case CUPTI_ACTIVITY_KIND_MEMCPY2:  // peer-to-peer: the same fields
+        add_copy(reinterpret_cast<DLPT_MEMCPY2_T*>(rec));
         break;
-      }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<DLPT_MEMSET_T*>(rec);
         std::string nm = std::string("Memset (") + mem_kind(m->memoryKind) + ")";
