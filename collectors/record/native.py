@@ -101,8 +101,8 @@ def load(quiet: bool = False) -> Any:
     import torch
     from torch.utils import cpp_extension
 
-    with open(SOURCE, "rb") as f:
-        src = f.read()
+    # The collector is one translation unit: collector.cpp and the headers it includes.
+    src = b"".join(open(p, "rb").read() for p in sorted(glob.glob(os.path.join(os.path.dirname(SOURCE), "*.[ch]*"))))
     cflags = ["-O2"]
     ldflags: list[str] = []
     cupti = find_cupti() if torch.version.cuda else None

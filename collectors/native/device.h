@@ -1,0 +1,257 @@
+// dlpt collector: the device side, CUPTI callbacks and activity buffers.
+// Compiled only with DLPT_CUPTI; the op callback's state (trie.h, frames.h) is used here.
+// Part of collector.cpp (one translation unit): included there, in this order.
+#pragma once
+
+namespace {
+
+// ----- device side: CUPTI -----
+
+struct Leaf {
+  int64_t node, name, count, total, minv, maxv, bytes, device, stream;
+  int32_t kind;
+};
+struct LeafKey {
+  int64_t node, name;
+  int32_t kind;
+  bool operator==(const LeafKey& o) const { return node == o.node && name == o.name && kind == o.kind; }
+};
+struct LeafKeyHash {
+  size_t operator()(const LeafKey& k) const {
+    return size_t(uint64_t(k.node) * 0x9E3779B97F4A7C15ULL ^ uint64_t(k.name) * 0xC2B2AE3D27D4EB4FULL ^ uint64_t(k.kind));
+  }
+};
+std::mutex g_leaf_mu;
+std::vector<Leaf> g_leaves;
+std::unordered_map<LeafKey, int64_t, LeafKeyHash> g_leaf_idx;
+std::unordered_map<const char*, int64_t> g_kernel_name_cache;  // CUPTI's names are stable per kernel
+std::atomic<int64_t> g_records{0}, g_unlinked{0};
+int64_t g_no_launch_node = -1;
+
+void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int64_t bytes, int64_t device,
+                     int64_t stream) {
+  LeafKey k{node, name, kind};
+  auto it = g_leaf_idx.find(k);
+  if (it == g_leaf_idx.end()) {
+    g_leaf_idx.emplace(k, int64_t(g_leaves.size()));
+    g_leaves.push_back(Leaf{node, name, 1, dur, dur, dur, bytes, device, stream, kind});
+    return;
+  }
+  Leaf& l = g_leaves[it->second];
+  l.count += 1;
+  l.total += dur;
+  if (dur < l.minv) l.minv = dur;
+  if (dur > l.maxv) l.maxv = dur;
+  l.bytes += bytes;
+}
+
+// CUPTI correlation id → node, as a ring: ids grow, and a record arrives within a flush of
+// its launch, so the last 2^20 launches in flight are enough (16 MiB, no allocation per launch).
+constexpr uint64_t kCorrBits = 20, kCorrSize = uint64_t(1) << kCorrBits;
+struct CorrSlot {
+  std::atomic<uint64_t> corr{0};
+  std::atomic<int64_t> node{-1};
+};
+CorrSlot* g_corr = nullptr;
+
+void corr_put(uint64_t corr, int64_t node) {
+  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  s.corr.store(0, std::memory_order_relaxed);
+  s.node.store(node, std::memory_order_relaxed);
+  s.corr.store(corr, std::memory_order_release);
+}
+
+int64_t corr_get(uint64_t corr) {
+  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  if (s.corr.load(std::memory_order_acquire) != corr) return -1;
+  return s.node.load(std::memory_order_relaxed);
+}
+
+#if defined(DLPT_CUPTI)
+CUpti_SubscriberHandle g_sub = nullptr;
+std::atomic<bool> g_device_on{false};
+std::string g_cupti_error;
+
+const char* mem_kind(int k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return "Pageable";
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return "Pinned";
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE: return "Device";
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return "Array";
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED: return "Managed";
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC: return "Device Static";
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return "Managed Static";
+    default: return "Unknown";
+  }
+}
+
+// Copy names as Kineto writes them ("Memcpy HtoD (Pageable -> Device)"), so recorded and
+// imported profiles name copies alike; the kind follows dlpt.metrics.copy_kind.
+std::pair<std::string, int32_t> copy_name(int kind, int src, int dst) {
+  const char* k;
+  int32_t ak = A_OTHER;
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: k = "HtoD"; ak = A_HTOD; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: k = "DtoH"; ak = A_DTOH; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: k = "DtoD"; ak = A_DTOD; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: k = "HtoA"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: k = "AtoH"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: k = "AtoA"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD: k = "AtoD"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: k = "DtoA"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: k = "HtoH"; break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: k = "PtoP"; break;
+    default: k = "Unknown"; break;
+  }
+  return {std::string("Memcpy ") + k + " (" + mem_kind(src) + " -> " + mem_kind(dst) + ")", ak};
+}
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_ENTER || !g_device_on.load(std::memory_order_relaxed)) return;
+  ThreadState& ts = tstate();
+  corr_put(cb->correlationId, current_node(ts, current_pyframe()));
+}
+
+constexpr size_t kBufferBytes = size_t(8) << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+int64_t record_node(uint32_t corr) {
+  int64_t n = corr_get(corr);
+  if (n >= 0) return n;
+  g_unlinked.fetch_add(1, std::memory_order_relaxed);
+  if (g_no_launch_node < 0) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_no_launch_node = intern_node_locked(0, N_UNATTR, intern_name_locked("no launch record"), 0);
+  }
+  return g_no_launch_node;
+}
+
+int64_t name_idx(const std::string& s) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return intern_name_locked(s);
+}
+
+template <typename Copy>
+void add_copy(const Copy* m) {
+  auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
+  add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
+                  int64_t(m->bytes), m->deviceId, m->streamId);
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  std::lock_guard<std::mutex> lk(g_leaf_mu);
+  while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        auto* k = reinterpret_cast<DLPT_KERNEL_T*>(rec);
+        int64_t name;
+        const char* kn = k->name;  // a packed struct's field: copied, not bound
+        auto it = g_kernel_name_cache.find(kn);
+        if (it != g_kernel_name_cache.end()) {
+          name = it->second;
+        } else {
+          // CUPTI gives the mangled symbol; users (and Kineto's traces) read it demangled.
+          int status = -1;
+          char* dm = kn ? abi::__cxa_demangle(kn, nullptr, nullptr, &status) : nullptr;
+          name = name_idx(status == 0 && dm ? dm : (kn ? kn : "<unnamed kernel>"));
+          std::free(dm);
+          g_kernel_name_cache.emplace(kn, name);
+        }
+        add_leaf_locked(record_node(k->correlationId), A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId,
+                        k->streamId);
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        add_copy(reinterpret_cast<DLPT_MEMCPY_T*>(rec));
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMCPY2:  // peer-to-peer: the same fields
+        add_copy(reinterpret_cast<DLPT_MEMCPY2_T*>(rec));
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        auto* m = reinterpret_cast<DLPT_MEMSET_T*>(rec);
+        std::string nm = std::string("Memset (") + mem_kind(m->memoryKind) + ")";
+        add_leaf_locked(record_node(m->correlationId), A_MEMSET, name_idx(nm), int64_t(m->end - m->start),
+                        int64_t(m->bytes), m->deviceId, m->streamId);
+        break;
+      }
+      default:
+        break;
+    }
+    g_records.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::free(buffer);
+}
+
+const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                     CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+bool wanted(CUpti_CallbackDomain domain, const char* name) {
+  if (name == nullptr) return false;
+  std::string_view s(name);
+  static const char* runtime[] = {"cudaLaunch", "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"};
+  static const char* driver[] = {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch"};
+  const char** list = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime : driver;
+  for (int i = 0; i < 4; ++i)
+    if (s.rfind(list[i], 0) == 0) return s.find("HostFunc") == std::string_view::npos;
+  return false;
+}
+
+std::string cupti_err(const char* what, CUptiResult r) {
+  const char* s = nullptr;
+  cuptiGetResultString(r, &s);
+  return std::string(what) + ": " + (s ? s : "error");
+}
+
+// Subscribe to the launch/copy/memset entry points and enable the activity kinds; "" or why not.
+std::string device_on() {
+  if (g_sub == nullptr && !g_diag_no_callbacks) {
+    CUptiResult r = cuptiSubscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(on_api), nullptr);
+    if (r != CUPTI_SUCCESS) {
+      g_sub = nullptr;
+      return cupti_err("cuptiSubscribe", r);
+    }
+    struct { CUpti_CallbackDomain d; int n; } doms[] = {{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE},
+                                                         {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE}};
+    for (auto& dm : doms)
+      for (int cbid = 1; cbid < dm.n; ++cbid) {
+        const char* nm = nullptr;
+        if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) == CUPTI_SUCCESS && wanted(dm.d, nm))
+          cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
+      }
+  }
+  g_device_on.store(true);
+  if (g_diag_no_activities) return "";
+  CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);
+  for (auto k : kKinds) {
+    r = cuptiActivityEnable(k);
+    if (r != CUPTI_SUCCESS && k != CUPTI_ACTIVITY_KIND_MEMCPY2) return cupti_err("cuptiActivityEnable", r);
+  }
+  return "";
+}
+
+// Forced: also the buffers still being filled (at the end); otherwise only full ones, which
+// costs the program nothing while it runs (snapshots).
+void device_flush(bool forced) { cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0); }
+
+void device_off() {
+  if (!g_device_on.exchange(false)) return;
+  device_flush(true);
+  for (auto k : kKinds) cuptiActivityDisable(k);
+  device_flush(true);
+  if (g_sub != nullptr) {
+    cuptiUnsubscribe(g_sub);
+    g_sub = nullptr;
+  }
+}
+#endif  // DLPT_CUPTI
+
+}  // namespace

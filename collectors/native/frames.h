@@ -1,0 +1,225 @@
+// dlpt collector: reading the calling thread's Python frames.
+// Without the GIL on 3.11/3.12 (collector.cpp says why that is safe).
+// Part of collector.cpp (one translation unit): included there, in this order.
+#pragma once
+
+namespace {
+
+// ----- Python frames -----
+
+// The code object's index, holding a reference to it. `code` is alive: a frame of the calling
+// thread holds it while this runs. The GIL is taken for the reference (first sight only).
+int64_t intern_code(PyObject* code) {
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_code_idx.find(code);
+    if (it != g_code_idx.end()) return it->second;
+  }
+  PyGILState_STATE g = PyGILState_Ensure();
+  int64_t i;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_code_idx.find(code);
+    if (it != g_code_idx.end()) {
+      i = it->second;
+    } else {
+      Py_INCREF(code);
+      i = int64_t(g_codes.size());
+      g_codes.push_back(code);
+      g_code_idx.emplace(code, i);
+    }
+  }
+  PyGILState_Release(g);
+  return i;
+}
+
+// The calling thread's Python frames into ts.walk, innermost first: (code, instruction index),
+// or (code, -line) where only the line is known (the public-API path).
+void read_frames(ThreadState& ts, PyThreadState* t) {
+  ts.walk.clear();
+  ts.walk_frames.clear();
+#if defined(DLPT_INTERNAL_FRAMES)
+#if PY_VERSION_HEX >= 0x030D0000
+  _PyInterpreterFrame* f = t->current_frame;
+#else
+  _PyInterpreterFrame* f = t->cframe ? t->cframe->current_frame : nullptr;
+#endif
+  for (; f != nullptr; f = f->previous) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!PyCode_Check(f->f_executable)) continue;
+    if (_PyFrame_IsIncomplete(f)) continue;
+    ts.walk.emplace_back(f->f_executable, int64_t(_PyInterpreterFrame_LASTI(f)));
+    ts.walk_frames.push_back(f);
+#else
+    if (_PyFrame_IsIncomplete(f)) continue;
+    ts.walk.emplace_back(reinterpret_cast<PyObject*>(f->f_code), int64_t(_PyInterpreterFrame_LASTI(f)));
+    ts.walk_frames.push_back(f);
+#endif
+  }
+#else
+  // Public API (needs the GIL, which the caller holds here): frame objects are materialised.
+  (void)t;
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f != nullptr) {
+    PyCodeObject* co = PyFrame_GetCode(f);
+    ts.walk.emplace_back(reinterpret_cast<PyObject*>(co), -int64_t(PyFrame_GetLineNumber(f)) - 1);
+    ts.walk_frames.push_back(nullptr);  // frame objects come and go: no reuse by pointer
+    Py_DECREF(co);  // the frame (alive, on this thread's stack) still holds it
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+#endif
+}
+
+int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti) {
+  FrameKey k{parent, uintptr_t(code), lasti};
+  auto it = ts.frames.find(k);
+  if (it != ts.frames.end()) return it->second;
+  int64_t ci = intern_code(code);
+  int64_t line;
+  if (lasti >= 0)
+    line = PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), int(lasti * sizeof(_Py_CODEUNIT)));
+  else
+    line = -lasti - 1;
+  int64_t n = intern_node(parent, N_PY, ci, line);
+  ts.frames.emplace(k, n);
+  return n;
+}
+
+int64_t thread_base(ThreadState& ts, PyThreadState* t) {
+  if (ts.base >= 0) return ts.base;
+  if (t != nullptr && t == g_main_tstate) {
+    ts.base = 0;
+  } else {
+    // A thread dlpt did not see start (started before recording, a C++ thread): its own root.
+    ts.base = intern_node(0, N_TID, int64_t(syscall(SYS_gettid)), 0);
+  }
+  return ts.base;
+}
+
+// The calling thread's innermost interpreter frame (nullptr where unknown: no way to tell).
+const void* current_pyframe() {
+#if defined(DLPT_INTERNAL_FRAMES)
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  if (t == nullptr) return nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  return t->current_frame;
+#else
+  return t->cframe ? t->cframe->current_frame : nullptr;
+#endif
+#else
+  return nullptr;
+#endif
+}
+
+int64_t context(ThreadState& ts);
+void read_frames(ThreadState& ts, PyThreadState* t);
+int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti);
+
+// The frames a backward op has run since it was entered, beneath its node.
+int64_t frames_under(ThreadState& ts, const OpenOp& top) {
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  if (t == nullptr) return top.node;
+#if defined(DLPT_INTERNAL_FRAMES)
+  bool gil = g_gil_frames.load(std::memory_order_relaxed);
+#else
+  bool gil = true;
+#endif
+  PyGILState_STATE g{};
+  if (gil) g = PyGILState_Ensure();
+  read_frames(ts, t);
+  int64_t k = 0, n = int64_t(ts.walk.size());
+  while (k < n && ts.walk_frames[size_t(k)] != top.pyframe) ++k;  // innermost first, down to the op's
+  int64_t node = top.node;
+  for (int64_t i = k - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+  if (gil) PyGILState_Release(g);
+  ts.last.clear();  // the prefix cache is for walks from the thread's base
+  ts.last_nodes.clear();
+  return node;
+}
+
+// The node that work entered now on this thread belongs to: the innermost open op, unless
+// Python code has run since it was entered (then the Python context; for a backward op, the
+// frames it ran, beneath it).
+int64_t current_node(ThreadState& ts, const void* frame) {
+  if (!ts.stack.empty() && ts.stack.back().node >= 0) {
+    const OpenOp& top = ts.stack.back();
+    if (top.pyframe == frame || frame == nullptr) return top.node;
+    if (top.keep) return frames_under(ts, top);
+  }
+  return context(ts);
+}
+
+// The calling thread's Python context: the node of its innermost frame.
+int64_t context(ThreadState& ts) {
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  int64_t node = thread_base(ts, t);
+  if (t == nullptr) return node;
+#if defined(DLPT_INTERNAL_FRAMES)
+  bool gil = g_gil_frames.load(std::memory_order_relaxed);
+#else
+  bool gil = true;
+#endif
+  PyGILState_STATE g{};
+  if (gil) g = PyGILState_Ensure();
+  read_frames(ts, t);
+  int64_t n = int64_t(ts.walk.size()) - ts.cut;
+  // Outermost first: frames still the same object at the same instruction as in the last walk
+  // keep their node.
+  int64_t same = 0, m = int64_t(ts.last.size());
+  while (same < n && same < m) {
+    int64_t i = n - 1 - same;
+    const auto& l = ts.last[size_t(same)];
+    if (ts.walk_frames[size_t(i)] == nullptr || std::get<0>(l) != ts.walk_frames[size_t(i)] ||
+        std::get<1>(l) != ts.walk[size_t(i)].first || std::get<2>(l) != ts.walk[size_t(i)].second)
+      break;
+    ++same;
+  }
+  if (same > 0) node = ts.last_nodes[size_t(same - 1)];
+  ts.last.resize(size_t(std::max<int64_t>(n, 0)));
+  ts.last_nodes.resize(size_t(std::max<int64_t>(n, 0)));
+  for (int64_t j = same; j < n; ++j) {
+    int64_t i = n - 1 - j;
+    node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+    ts.last[size_t(j)] = std::make_tuple(ts.walk_frames[size_t(i)], ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
+    ts.last_nodes[size_t(j)] = node;
+  }
+  if (gil) PyGILState_Release(g);
+  if (n <= 0 && ts.base != 0) {
+    // A thread with no Python frames of its own — autograd's device threads — works for the
+    // `backward()` call that is running, if one is.
+    int64_t b = g_backward_ctx.load(std::memory_order_relaxed);
+    if (b >= 0) return b;
+  }
+  return node;
+}
+
+int64_t op_node(ThreadState& ts, int64_t parent, const char* name) {
+  std::string_view s(name ? name : "");
+  FrameKey k{parent, uintptr_t(std::hash<std::string_view>{}(s)), int64_t(s.size())};
+  auto it = ts.ops.find(k);
+  if (it != ts.ops.end()) return it->second;
+  int64_t n;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    n = intern_node_locked(parent, N_OP, intern_name_locked(s), 0);
+  }
+  ts.ops.emplace(k, n);
+  return n;
+}
+
+int64_t backward_marker(ThreadState& ts, int64_t parent) {
+  FrameKey k{parent, 0, -1};  // no op name hashes to 0 with length -1
+  auto it = ts.ops.find(k);
+  if (it != ts.ops.end()) return it->second;
+  int64_t n = intern_node(parent, N_BACKWARD, 0, 0);
+  ts.ops.emplace(k, n);
+  return n;
+}
+
+}  // namespace

@@ -1,0 +1,251 @@
+// dlpt collector: the calling-context trie, per-thread state and backward links.
+// Shared by the op callback, the CUPTI side and the binding.
+// Part of collector.cpp (one translation unit): included there, in this order.
+#pragma once
+
+namespace {
+
+
+// Node kinds, as collectors/record/tree.py names them.
+constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, N_TID = 5, N_UNATTR = 6;
+// Activity kinds, as dlpt.metrics numbers them.
+constexpr int32_t A_KERNEL = 0, A_HTOD = 1, A_DTOH = 2, A_DTOD = 3, A_OTHER = 4, A_MEMSET = 5;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Op host times are read twice per op. Where the clock is a system call (some virtual
+// machines give clock_gettime no vDSO path) that alone costs a microsecond per op, so on x86-64
+// the collector counts TSC ticks (invariant on the CPUs torch runs on) and converts them to
+// nanoseconds with the rate measured against the steady clock over the recording.
+#if defined(__x86_64__)
+inline int64_t ticks() { return int64_t(__rdtsc()); }
+#else
+inline int64_t ticks() { return steady_ns(); }
+#endif
+int64_t g_tick0 = 0, g_ns0 = 0;
+
+double ns_per_tick() {
+#if defined(__x86_64__)
+  while (steady_ns() - g_ns0 < 1000000) {
+  }  // a recording shorter than 1 ms: wait that long, for a usable rate
+  int64_t dt = ticks() - g_tick0, dn = steady_ns() - g_ns0;
+  return dt > 0 ? double(dn) / double(dt) : 1.0;
+#else
+  return 1.0;
+#endif
+}
+
+// ----- append-only storage that readers on other threads may index while it grows -----
+
+template <typename T>
+class Chunked {
+ public:
+  static constexpr int64_t kBits = 14, kSize = int64_t(1) << kBits, kMaxChunks = 1 << 14;
+  Chunked() : chunks_(new std::atomic<T*>[kMaxChunks]) {
+    for (int64_t i = 0; i < kMaxChunks; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+  }
+  // Under the owner's lock: make room for index i. False when full (2^28 entries).
+  bool reserve(int64_t i) {
+    int64_t c = i >> kBits;
+    if (c >= kMaxChunks) return false;
+    if (!chunks_[c].load(std::memory_order_acquire)) chunks_[c].store(new T[kSize](), std::memory_order_release);
+    return true;
+  }
+  T& operator[](int64_t i) { return chunks_[i >> kBits].load(std::memory_order_acquire)[i & (kSize - 1)]; }
+
+ private:
+  std::unique_ptr<std::atomic<T*>[]> chunks_;  // chunks are never freed: nodes live as long as the process
+};
+
+struct Node {
+  int64_t parent;
+  int64_t a;
+  int64_t b;
+  int32_t kind;
+};
+
+struct NodeKey {
+  int64_t parent, a, b;
+  int32_t kind;
+  bool operator==(const NodeKey& o) const { return parent == o.parent && a == o.a && b == o.b && kind == o.kind; }
+};
+struct NodeKeyHash {
+  size_t operator()(const NodeKey& k) const {
+    uint64_t h = uint64_t(k.parent) * 0x9E3779B97F4A7C15ULL;
+    h ^= uint64_t(k.a) + 0x7F4A7C159E3779B9ULL + (h << 6) + (h >> 2);
+    h ^= uint64_t(k.b) * 0xC2B2AE3D27D4EB4FULL + (h << 6) + (h >> 2);
+    return size_t(h ^ uint64_t(k.kind));
+  }
+};
+
+// The global trie. `g_mu` guards the index, the node count and the code/name tables; node
+// records and cpu counters are read lock-free by the threads that learned their ids.
+// Lock order: the GIL (if taken) before g_mu, never the other way round.
+std::mutex g_mu;
+Chunked<Node>* g_nodes = nullptr;
+Chunked<std::atomic<int64_t>>* g_cpu = nullptr;
+std::atomic<int64_t> g_n_nodes{0};
+std::unordered_map<NodeKey, int64_t, NodeKeyHash> g_index;
+std::vector<PyObject*> g_codes;                      // strong references
+std::unordered_map<PyObject*, int64_t> g_code_idx;
+std::vector<std::string> g_names;
+std::unordered_map<std::string, int64_t> g_name_idx;
+std::atomic<uint64_t> g_epoch{1};  // a new recording invalidates every thread's caches
+std::atomic<bool> g_gil_frames{false};
+PyThreadState* g_main_tstate = nullptr;
+std::atomic<int64_t> g_backward_ctx{-1};  // the running backward() call's context
+std::atomic<int64_t> g_dropped_nodes{0};
+
+int64_t intern_name_locked(std::string_view s) {
+  auto it = g_name_idx.find(std::string(s));
+  if (it != g_name_idx.end()) return it->second;
+  int64_t i = int64_t(g_names.size());
+  g_names.emplace_back(s);
+  g_name_idx.emplace(g_names.back(), i);
+  return i;
+}
+
+int64_t intern_node_locked(int64_t parent, int32_t kind, int64_t a, int64_t b) {
+  NodeKey k{parent, a, b, kind};
+  auto it = g_index.find(k);
+  if (it != g_index.end()) return it->second;
+  int64_t i = g_n_nodes.load(std::memory_order_relaxed);
+  if (!g_nodes->reserve(i) || !g_cpu->reserve(i)) {
+    g_dropped_nodes.fetch_add(1, std::memory_order_relaxed);
+    return parent;  // full (2^28 contexts): the work stays on the parent, never lost
+  }
+  (*g_nodes)[i] = Node{parent, a, b, kind};
+  (*g_cpu)[i].store(0, std::memory_order_relaxed);
+  g_index.emplace(k, i);
+  g_n_nodes.store(i + 1, std::memory_order_release);
+  return i;
+}
+
+int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return intern_node_locked(parent, kind, a, b);
+}
+
+// ----- per-thread state -----
+
+struct OpenOp {
+  int64_t node;
+  int64_t t0;
+  int64_t child;
+  uint64_t epoch;
+  // The thread's innermost Python frame when the op was entered. An op that calls back into
+  // Python (a custom autograd Function's forward, a Python-implemented op) runs other frames:
+  // what they launch belongs to their own lines, so a changed frame means "read the context
+  // again" — for a backward op (`keep`), only the frames it runs, beneath its own node, since
+  // its work belongs to the forward line (a custom backward's lines, compiled backward code).
+  const void* pyframe;
+  bool keep;
+  bool quiet;     // RecordFunction switched off on this thread beneath this op (see on_enter)
+  int64_t seq0;   // the thread's next autograd sequence number when the op was entered
+};
+
+struct FrameKey {
+  int64_t parent;
+  uintptr_t code;
+  int64_t lasti;
+  bool operator==(const FrameKey& o) const { return parent == o.parent && code == o.code && lasti == o.lasti; }
+};
+struct FrameKeyHash {
+  size_t operator()(const FrameKey& k) const {
+    uint64_t h = uint64_t(k.parent) * 0x9E3779B97F4A7C15ULL ^ (uint64_t(k.code) >> 4) * 0xC2B2AE3D27D4EB4FULL;
+    return size_t(h ^ (uint64_t(k.lasti) + (h << 6) + (h >> 2)));
+  }
+};
+
+struct ThreadState {
+  uint64_t epoch = 0;
+  int64_t n_ops = 0;  // ops entered by this thread (all recordings), for stats
+  std::vector<OpenOp> stack;
+  int64_t base = -1;  // this thread's context root for the current epoch
+  int64_t cut = 0;    // outermost Python frames that belong to dlpt's thread start, not the program
+  std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;  // (parent, code, instr) → node
+  std::unordered_map<FrameKey, int64_t, FrameKeyHash> ops;     // (parent, name hash, len) → node
+  std::vector<std::pair<PyObject*, int64_t>> walk;             // scratch: (code, lasti), innermost first
+  std::vector<const void*> walk_frames;                        // scratch: the frames themselves
+  // The last walk, outermost first, and its nodes: consecutive ops share their outer frames
+  // (the training loop, the model's call), which are then matched by pointer, not looked up.
+  std::vector<std::tuple<const void*, PyObject*, int64_t>> last;
+  std::vector<int64_t> last_nodes;
+};
+
+thread_local ThreadState* t_state = nullptr;
+std::mutex g_threads_mu;
+std::vector<ThreadState*> g_threads;  // every thread's state, for stats
+
+ThreadState& tstate() {
+  ThreadState* s = t_state;
+  if (!s) {
+    s = t_state = new ThreadState();  // one per thread for the process's life: threads are few
+    std::lock_guard<std::mutex> lk(g_threads_mu);
+    g_threads.push_back(s);
+  }
+  uint64_t e = g_epoch.load(std::memory_order_acquire);
+  if (s->epoch != e) {
+    s->epoch = e;
+    s->frames.clear();
+    s->ops.clear();
+    s->base = -1;
+    s->cut = 0;
+    s->last.clear();
+    s->last_nodes.clear();
+  }
+  return *s;
+}
+
+// ----- backward links: (forward thread, sequence number) → forward op node -----
+
+// A ring per forward thread: a backward op follows its forward within the same step, so the
+// last 2^18 autograd ops of each thread are enough, in bounded memory (4 MiB a thread).
+constexpr int64_t kSeqBits = 18, kSeqSize = int64_t(1) << kSeqBits;
+struct SeqSlot {
+  std::atomic<int64_t> seq{-1};
+  std::atomic<int64_t> node{-1};
+};
+constexpr int64_t kMaxSeqThreads = 4096;
+std::atomic<SeqSlot*> g_seq[kMaxSeqThreads];
+std::mutex g_seq_mu;
+
+void seq_store(uint64_t tid, int64_t seq, int64_t node) {
+  if (tid >= uint64_t(kMaxSeqThreads) || seq < 0) return;
+  SeqSlot* ring = g_seq[tid].load(std::memory_order_acquire);
+  if (!ring) {
+    std::lock_guard<std::mutex> lk(g_seq_mu);
+    ring = g_seq[tid].load(std::memory_order_acquire);
+    if (!ring) {
+      ring = new SeqSlot[kSeqSize];
+      g_seq[tid].store(ring, std::memory_order_release);
+    }
+  }
+  SeqSlot& s = ring[seq & (kSeqSize - 1)];
+  s.seq.store(-1, std::memory_order_relaxed);
+  s.node.store(node, std::memory_order_relaxed);
+  s.seq.store(seq, std::memory_order_release);
+}
+
+int64_t seq_lookup(uint64_t tid, int64_t seq) {
+  if (tid >= uint64_t(kMaxSeqThreads) || seq < 0) return -1;
+  SeqSlot* ring = g_seq[tid].load(std::memory_order_acquire);
+  if (!ring) return -1;
+  SeqSlot& s = ring[seq & (kSeqSize - 1)];
+  if (s.seq.load(std::memory_order_acquire) != seq) return -1;
+  int64_t n = s.node.load(std::memory_order_relaxed);
+  return s.seq.load(std::memory_order_acquire) == seq ? n : -1;
+}
+
+void seq_clear() {
+  for (int64_t i = 0; i < kMaxSeqThreads; ++i) {
+    SeqSlot* ring = g_seq[i].load(std::memory_order_acquire);
+    if (ring)
+      for (int64_t k = 0; k < kSeqSize; ++k) ring[k].seq.store(-1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
