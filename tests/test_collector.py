@@ -339,3 +339,16 @@ def test_python_api_names_each_ranks_file(tmp_path: Path) -> None:
     assert not (tmp_path / "run.dlpt").exists()
     prof = dlpt.load(str(tmp_path / "run.rank1.dlpt"))
     assert prof.meta["rank"] == 1 and prof.meta["world_size"] == 2
+
+
+def test_no_compiler_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Without a C++ compiler the collector cannot be built: say what to install, run nothing."""
+    (tmp_path / "prog.py").write_text("open('ran', 'w').write('x')\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-c++"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "run.dlpt", "prog.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 2, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if "building the native collector" not in ln]
+    assert len(errors) == 1 and errors[0].startswith("dlpt: recording needs a C++ compiler"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run.dlpt").exists()

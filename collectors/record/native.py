@@ -117,8 +117,10 @@ def load(quiet: bool = False) -> Any:
                                           " ".join(flags + ldflags).encode()])).hexdigest()[:12]
         name = f"dlpt_collector_{tag}"
         _clear_stale_lock(cpp_extension, name, quiet)
-        if not quiet and not _built(cpp_extension, name):
-            print("dlpt: building the native collector (once per torch version)…", file=sys.stderr, flush=True)
+        if not _built(cpp_extension, name):
+            _check_tools(cpp_extension)  # a build already made needs neither
+            if not quiet:
+                print("dlpt: building the native collector (once per torch version)…", file=sys.stderr, flush=True)
         try:
             # with_cuda: cupti.h includes the CUDA driver API's header, which CUDA_HOME has.
             mod = cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=flags, extra_ldflags=ldflags,
@@ -132,15 +134,20 @@ def load(quiet: bool = False) -> Any:
     raise DlptError(_build_error(errors[-1]))
 
 
-def _build_error(e: BaseException) -> str:
-    text = str(e)
-    if "ninja" in text.lower() and ("required" in text.lower() or "not found" in text.lower()):
-        return "recording needs ninja to build its collector: pip install ninja (or dlpt[record])"
+def _check_tools(cpp_extension: Any) -> None:
+    """What the build needs, said before anything is built (torch's builder would print a page)."""
     import shutil
 
-    if not any(shutil.which(c) for c in (os.environ.get("CXX", "c++"), "g++", "clang++")):
-        return ("recording needs a C++ compiler to build its collector: install one "
-                "(Debian/Ubuntu: apt-get install g++; conda: conda install gxx_linux-64)")
+    cxx = os.environ.get("CXX", "c++")
+    if not shutil.which(cxx):  # the compiler torch's builder calls
+        raise DlptError(f"recording needs a C++ compiler to build its collector ({cxx} not found): install one "
+                        "(Debian/Ubuntu: apt-get install g++; conda: conda install gxx_linux-64)")
+    if not cpp_extension.is_ninja_available():
+        raise DlptError("recording needs ninja to build its collector: pip install ninja (or dlpt[record])")
+
+
+def _build_error(e: BaseException) -> str:
+    text = str(e)
     lines = [ln.strip() for ln in text.splitlines()]
     why = next((ln for ln in lines if "error" in ln.lower() and "Error building" not in ln), lines[0] if lines else "")
     return f"could not build the native collector ({why[-200:] or type(e).__name__}); please report this"
