@@ -119,25 +119,36 @@ const void* current_pyframe() {
 
 int64_t context(ThreadState& ts);
 void read_frames(ThreadState& ts, PyThreadState* t);
+
+// Holds the GIL while frames are read, where reading needs it: DLPT_FRAMES=gil, or the
+// public frame API.
+struct FrameReadGuard {
+  bool gil;
+  PyGILState_STATE state{};
+  FrameReadGuard() {
+#if defined(DLPT_INTERNAL_FRAMES)
+    gil = g_gil_frames.load(std::memory_order_relaxed);
+#else
+    gil = true;
+#endif
+    if (gil) state = PyGILState_Ensure();
+  }
+  ~FrameReadGuard() {
+    if (gil) PyGILState_Release(state);
+  }
+};
 int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti);
 
 // The frames a backward op has run since it was entered, beneath its node.
 int64_t frames_under(ThreadState& ts, const OpenOp& top) {
   PyThreadState* t = PyGILState_GetThisThreadState();
   if (t == nullptr) return top.node;
-#if defined(DLPT_INTERNAL_FRAMES)
-  bool gil = g_gil_frames.load(std::memory_order_relaxed);
-#else
-  bool gil = true;
-#endif
-  PyGILState_STATE g{};
-  if (gil) g = PyGILState_Ensure();
+  FrameReadGuard guard;
   read_frames(ts, t);
   int64_t k = 0, n = int64_t(ts.walk.size());
   while (k < n && ts.walk_frames[size_t(k)] != top.pyframe) ++k;  // innermost first, down to the op's
   int64_t node = top.node;
   for (int64_t i = k - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
-  if (gil) PyGILState_Release(g);
   ts.last.clear();  // the prefix cache is for walks from the thread's base
   ts.last_nodes.clear();
   return node;
@@ -160,13 +171,7 @@ int64_t context(ThreadState& ts) {
   PyThreadState* t = PyGILState_GetThisThreadState();
   int64_t node = thread_base(ts, t);
   if (t == nullptr) return node;
-#if defined(DLPT_INTERNAL_FRAMES)
-  bool gil = g_gil_frames.load(std::memory_order_relaxed);
-#else
-  bool gil = true;
-#endif
-  PyGILState_STATE g{};
-  if (gil) g = PyGILState_Ensure();
+  FrameReadGuard guard;
   read_frames(ts, t);
   int64_t n = int64_t(ts.walk.size()) - ts.cut;
   // Outermost first: frames still the same object at the same instruction as in the last walk
@@ -189,7 +194,6 @@ int64_t context(ThreadState& ts) {
     ts.last[size_t(j)] = std::make_tuple(ts.walk_frames[size_t(i)], ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
     ts.last_nodes[size_t(j)] = node;
   }
-  if (gil) PyGILState_Release(g);
   if (n <= 0 && ts.base != 0) {
     // A thread with no Python frames of its own — autograd's device threads — works for the
     // `backward()` call that is running, if one is.
