@@ -138,9 +138,7 @@ def main() -> None:
                       + f"\ndlpt's growth in the loop: {rl.fmt(summ['dlpt_growth_mb'])} MB; peak RSS over unprofiled: "
                         f"{rl.fmt(summ['dlpt_peak_extra_mb'])} MB (saving the profile included)")
     rl.write_json(out, "cpu.json", res)
-    print()
-    rl.emit(out, "\n\n".join(tables))
-    print(f"\nJSON: {os.path.join(out, 'cpu.json')}; log: {log}")
+    rl.finish(out, "\n\n".join(tables), "cpu.json", log)
 
 
 if __name__ == "__main__":

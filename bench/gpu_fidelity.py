@@ -275,9 +275,7 @@ def main() -> None:
             res.setdefault("errors", {})[part] = repr(e)
         res.setdefault("part_seconds", {})[part] = round(time.perf_counter() - t0, 1)
         rl.write_json(out, "fidelity.json", res)
-    print()
-    rl.emit(out, "\n\n".join(tables))
-    print(f"\nJSON: {os.path.join(out, 'fidelity.json')}; log: {log}")
+    rl.finish(out, "\n\n".join(tables), "fidelity.json", log)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,13 @@ def emit(out: str, text: str) -> None:
         f.write(text + "\n\n")
 
 
+def finish(out: str, text: str, json_name: str, log: str) -> None:
+    """A part's end: its tables (see `emit`) and where its JSON and log are."""
+    print()
+    emit(out, text)
+    print(f"\nJSON: {os.path.join(out, json_name)}; log: {log}")
+
+
 def has_gpu() -> bool:
     # nvidia-smi rather than torch.cuda: the harness must not hold a CUDA context of its own
     # while the measured programs run.

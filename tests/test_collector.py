@@ -53,6 +53,15 @@ def line_owners(prof: dlpt.Profile, file_name: str) -> dict[int, int]:
             if fr.kind == "python" and os.path.basename(fr.file) == file_name}
 
 
+def recorded(tmp: Path, script: str) -> tuple[dlpt.Profile, dict[str, int], dict[int, int]]:
+    """Record `script` as prog.py (it must succeed): the profile, its `# LINE:` markers, and the
+    cpu_time each line of prog.py owns."""
+    r = run_record(tmp, script)
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp / "run.dlpt"))
+    return prof, marked_lines(tmp), line_owners(prof, "prog.py")
+
+
 OPERATORS = """\
 import torch
 
@@ -143,11 +152,7 @@ for t in ts:
 
 
 def test_threads_work_on_their_own_lines(tmp_path: Path) -> None:
-    r = run_record(tmp_path, THREADS)
-    assert r.returncode == 0, r.stderr
-    prof = dlpt.load(str(tmp_path / "run.dlpt"))
-    lines = marked_lines(tmp_path)
-    owned = line_owners(prof, "prog.py")
+    prof, lines, owned = recorded(tmp_path, THREADS)
     assert owned.get(lines["thread_matmul"], 0) > 0 and owned.get(lines["thread_relu"], 0) > 0, owned
     assert owned.get(lines["join"], 0) == 0, "thread work must not land on join()"
     threads = set()
@@ -313,11 +318,7 @@ for _ in range(3):
 def test_custom_function_forward_on_its_own_lines_backward_on_apply(tmp_path: Path) -> None:
     """A custom Function's forward is Python called from inside an op: its ops belong to its
     own lines; its backward (matched by sequence number) to the line that applied it."""
-    r = run_record(tmp_path, FUNCTION)
-    assert r.returncode == 0, r.stderr
-    prof = dlpt.load(str(tmp_path / "run.dlpt"))
-    lines = marked_lines(tmp_path)
-    owned = line_owners(prof, "prog.py")
+    prof, lines, owned = recorded(tmp_path, FUNCTION)
     assert owned.get(lines["fwd_body"], 0) > 0 and owned.get(lines["fwd_scale"], 0) > 0, owned
     bwd = [i for i in range(len(prof.cct)) if prof.frame_of(i).name == "DoubleBackward"]
     assert bwd, "the custom backward is recorded"
