@@ -16,6 +16,7 @@ import pytest
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto.link import BACKWARD_FRAME
 from dlpt.collectors.record.fused import (
+    AUTOTUNING,
     NO_PROVENANCE,
     REGION_PREFIX,
     attribute_compiled,
@@ -27,6 +28,7 @@ from dlpt.collectors.record.provenance import (
     Provenance,
     SourceFrame,
     call_lines,
+    compiled_module,
     parse_trace,
 )
 from dlpt.collectors.record.shares import split_int, transport
@@ -168,6 +170,67 @@ def test_fused_kernel_shared_between_its_lines():
     assert not any(f.file == GEN for f in (after.frame_of(i) for i in range(len(after.cct))))
     cp = after.meta["compiled_provenance"]
     assert cp["units_placed"] == 2 and cp["units_without_provenance"] == 0 and "compiled_provenance" not in before.meta
+
+
+TRITON = "/usr/lib/python3.11/site-packages/torch/_inductor/runtime/triton_heuristics.py"
+BENCH = "/usr/lib/python3.11/site-packages/torch/_inductor/runtime/benchmarking.py"
+
+
+def test_autotuning_goes_under_its_own_node_not_the_model_lines():
+    """A Triton kernel's first run benchmarks its configs beneath the generated call line: that
+    work goes to the compiled call's context under [torch.compile autotuning]; the kernel's own
+    run (the same unit's other branch) still goes to its model lines."""
+    run = [py(GEN, 50, "call"), py(TRITON, 1448, "run")]
+    tune = run + [py(TRITON, 1176, "autotune_to_one_config"), py(TRITON, 1139, "benchmark_all_configs"),
+                  py(BENCH, 419, "benchmark_gpu")]
+    before = build([(CALL + run + [kernel("triton_fused_0")], 300),
+                    (CALL + tune + [kernel("triton_fused_0")], 7000),
+                    (CALL + tune + [Frame("op", "aten::zero_"), kernel("vectorized_elementwise_kernel")], 5000),
+                    # max-autotune's choices benchmarked while compiling: no generated line above
+                    (CALL[:2] + [py(BENCH, 95, "wrapper"), kernel("cutlass_gemm")], 11)])
+    after = attribute_compiled(before, provenance())
+    check_conserved(before, after)
+    tuned = nodes_named(after, AUTOTUNING.name)
+    assert len(tuned) == 2
+    by_place = {tuple(lines_above(after, i)): int(after.cct.inclusive[i, COL["kernel_time"]]) for i in tuned}
+    # beneath the line that calls the compiled model (not its def line); the compile-time
+    # benchmark beneath the innermost source line above it
+    assert by_place[((CALL[0].file, 30), (CALL[1].file, 1789))] == 12000
+    assert by_place[((CALL[0].file, 30),)] == 11
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    assert sorted(int(after.cct.inclusive[i, COL["kernel_time"]]) for i in fused) == [100, 100, 100]
+    for i in fused:
+        assert AUTOTUNING not in after.call_path(i)
+    assert not nodes_named(after, NO_PROVENANCE.name)
+    assert after.meta["compiled_provenance"]["autotuning_subtrees"] == 2
+
+
+DATA = Path(__file__).parent / "data" / "inductor"
+
+
+@pytest.mark.parametrize("graph", ["forward", "backward"])
+def test_real_triton_wrapper_calls_map_to_their_kernels(graph):
+    """Real Triton wrapper code (tests/data/inductor): the handle comment is followed by
+    `stream0 = get_raw_stream(0)` before the `.run(` call; each call line maps to its kernel, and
+    every kernel, Triton or extern, carries the stack traces Inductor recorded for it."""
+    src = (DATA / f"triton_mlp_{graph}.py.txt").read_text()
+    raw = (DATA / f"triton_mlp_{graph}.json").read_text()
+    lines = src.splitlines()
+    mod = compiled_module("/tmp/torchinductor_u/x/cx.py", src, raw, graph == "backward")
+    handles = [ln.split(HANDLE)[1].strip() for ln in lines if HANDLE in ln]
+    assert handles and sorted(set(mod.lines.values())) == sorted(handles)
+    for ln, key in mod.lines.items():
+        name = key.rsplit(":", 1)[0]
+        assert lines[ln - 1].strip().startswith((f"{name}.run(", f"{name}(")), (ln, key)
+    assert sum(1 for k in mod.kernels.values() if k.name.startswith("triton_")) >= 5
+    assert all(k.traces for k in mod.kernels.values() if not k.name.startswith("aten.randint"))
+    # the extern addmm of `h = s.fc(h)`: its line in the probe's MLP
+    if graph == "forward":
+        fc = [k for k in mod.kernels.values() if k.name == "extern_kernels.addmm"]
+        assert fc[0].lines()[0].line == 34 and fc[0].lines()[0].file.endswith("prov_probe.py")
+
+
+HANDLE = "[Provenance debug handles] "
 
 
 def test_rows_of_one_leaf_split_consistently():

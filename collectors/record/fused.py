@@ -41,6 +41,11 @@ Finding the kernel of a unit, most exact first:
    CUDA-graph replay under `mode="reduce-overhead"`) goes where the same kernel went under an
    aten op in that region's runs before the capture.
 3. Beneath Inductor's CUDA-graph runtime frames, by name when exactly one compiled kernel has it.
+Autotuning: the first run of a Triton kernel (and Inductor's `max-autotune` choices) benchmarks
+candidate configs on the GPU, beneath Inductor's benchmarking frames. That is compile-time work,
+run once, often more GPU time in a short run than the model itself: each such subtree goes to
+the compiled call's context under `[torch.compile autotuning]`, never on the model lines (it
+would swell them with work that no later step does).
 Units without provenance keep their place; those with device time get an
 `<unattributed: no provenance>` node naming the reason (allocations' memsets, unknown regions).
 Eager code never passes through generated frames or region ops, with one exception: eager ops
@@ -67,6 +72,17 @@ from dlpt.profile import Profile
 from dlpt.transforms import propagate_down
 
 NO_PROVENANCE = unattributed_frame("no provenance")
+AUTOTUNING = Frame("op", "[torch.compile autotuning]")
+# Frames that benchmark candidate kernels: Triton configs on a kernel's first run, max-autotune's
+# choices while compiling. The outermost one on a path heads an autotuning subtree.
+_AUTOTUNE_FILE = re.compile(r"/_inductor/(?:runtime/benchmarking|select_algorithm|autotune_process"
+                            r"|runtime/coordinate_descent_tuner)\.py$")
+_AUTOTUNE_FUNCS = frozenset({"autotune_to_one_config", "benchmark_all_configs", "coordinate_descent_tuning"})
+
+
+def is_autotuning(f: Frame) -> bool:
+    return f.kind == "python" and (bool(_AUTOTUNE_FILE.search(f.file)) or (
+        f.function in _AUTOTUNE_FUNCS and f.file.endswith("/_inductor/runtime/triton_heuristics.py")))
 REGION_PREFIX = "Torch-Compiled Region: "
 # Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
 # (Not compile_fx.py: kernels benchmarked while compiling run under it, and are not the model's.)
@@ -141,6 +157,9 @@ class _Attributor:
         self.frames = _Frames(profile.frames)
         self.bwd = self.frames.intern(BACKWARD_FRAME)
         self.noprov = self.frames.intern(NO_PROVENANCE)
+        self.tuning = self.frames.intern(AUTOTUNING)
+        self.tune_root = np.zeros(0, dtype=bool)  # outermost autotuning frames
+        self.tuned = 0
         self._anc: dict[int, list[int]] = {}
         self._targets: dict[tuple, Targets] = {}
         # node -> (compile id, under [backward], depth of the region op) for nodes inside a region
@@ -251,6 +270,23 @@ class _Attributor:
             self._learned = learned
         return self._learned
 
+    def autotuning(self, i: int) -> Targets:
+        """Autotuning subtree `i` goes to the compiled call's context, under the autotuning node:
+        the context the kernel it tunes (the generated-code line above it) would get, or where
+        no such line is on the path, everything down to the innermost source line."""
+        self.tuned += 1
+        anc = self.ancestors(int(self.p.cct.parent[i]))
+        anc_frames = [self.frames.frames[f] for f in anc]
+        kp = None
+        for f in reversed(anc_frames):
+            mod = self.prov.modules.get(f.file) if f.kind == "python" else None
+            if mod is not None:
+                kp = mod.at_line(f.line)
+                break
+        trace = kp.traces[0] if kp is not None and kp.traces else ()
+        cut = _context(anc_frames, trace, kp.backward if kp is not None else False)
+        return [tuple(anc[:cut]) + (self.tuning,)], [1]
+
     def _reason(self, parent: int) -> Targets:
         self.without += 1
         return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
@@ -314,9 +350,12 @@ class _Attributor:
         graph = np.fromiter((bool(_CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
         leaf = np.fromiter((f.kind in ACTIVITY_KINDS for f in frames), bool, len(frames))
         par = np.maximum(cct.parent, 0)
+        tune = np.fromiter((is_autotuning(f) for f in frames), bool, len(frames))[cct.frame]
+        self.tune_root = tune & ~propagate_down(cct, tune)[par]
+        self.tune_root[0] = False
         under_gen = propagate_down(cct, gen[cct.frame])
         self.replayed = leaf[cct.frame] & propagate_down(cct, graph[cct.frame])[par] & ~under_gen[par]
-        cand = gen[cct.frame][par] | propagate_down(cct, region[cct.frame])[par] | self.replayed
+        cand = gen[cct.frame][par] | propagate_down(cct, region[cct.frame])[par] | self.replayed | self.tune_root
         cand[0] = False
         return cand
 
@@ -345,14 +384,22 @@ class _Attributor:
         weights: dict[int, list[int]] = {}
         end = cct.end
         skip = 0
-        for i in np.flatnonzero(self._candidates()).tolist():
-            if i < skip:
-                continue  # inside a unit already moved
-            unit = self.resolve(i, frames[frame_ids[parent[i]]], frames[frame_ids[i]])
+        cand = self._candidates()
+        tune_root = self.tune_root
+        units = 0
+        for i in np.flatnonzero(cand).tolist():
+            if i < skip and not tune_root[i]:
+                continue  # inside a unit already moved (autotuning inside it moves on its own)
+            if tune_root[i]:
+                unit: Targets | None = self.autotuning(i)
+            else:
+                unit = self.resolve(i, frames[frame_ids[parent[i]]], frames[frame_ids[i]])
             if unit is None:
                 continue
+            units += 1
             paths, w = unit
-            skip = int(end[i])
+            stop = int(end[i])
+            skip = max(skip, stop)
             bases = []
             for pth in paths:
                 q = 0
@@ -360,13 +407,18 @@ class _Attributor:
                     q = child(q, f)
                 bases.append(q)
             placed: dict[int, list[int]] = {}
-            for j in range(i, skip):
+            j = i
+            while j < stop:
+                if j != i and tune_root[j]:
+                    j = int(end[j])  # an autotuning subtree: placed when the loop reaches it
+                    continue
                 ups = bases if j == i else placed[parent[j]]
                 placed[j] = [child(q, frame_ids[j]) for q in ups]
                 weights[j] = w
                 first[j] = placed[j][0]
                 if len(ups) > 1:
                     copies[j] = placed[j]
+                j += 1
         bparent, bframe, new_of_old = renumber(np.asarray(new_parent, dtype=np.int64),
                                                np.asarray(new_frame, dtype=np.int64))
         shares: dict[int, np.ndarray] = {}
@@ -395,11 +447,11 @@ class _Attributor:
         if weights:  # the moved units' old places
             drop[new_of_old[np.fromiter(weights, dtype=np.int64, count=len(weights))]] = True
         out = _drop(out, propagate_down(out.cct, drop))
-        moved = sum(1 for i in weights if parent[i] not in weights)
         # What a reader needs to trust the tree: how much was placed by provenance, how much not.
         out.meta = {**p.meta, "compiled_provenance": {
             "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
-            "units_placed": moved - self.without, "units_without_provenance": self.without,
+            "units_placed": units - self.without - self.tuned, "units_without_provenance": self.without,
+            "autotuning_subtrees": self.tuned,
             "share": "equal between a kernel's source lines"}}
         return out
 

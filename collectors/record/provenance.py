@@ -160,27 +160,54 @@ def _statement_end(src: list[str], i: int) -> int:
     return len(src) - 1
 
 
+def _calls(statement: str, name: str) -> bool:
+    """Whether a statement calls kernel `name` (`triton_x_0.run(`, `extern_kernels.mm(`, `k(`)."""
+    at = statement.find(name)
+    while at >= 0:
+        before = statement[at - 1] if at else " "
+        after = statement[at + len(name):at + len(name) + 5]
+        if not (before.isalnum() or before in "_.") and (after.startswith("(") or after.startswith(".run(")):
+            return True
+        at = statement.find(name, at + 1)
+    return False
+
+
 def call_lines(source: str) -> dict[int, str]:
     """Every 1-based line of a generated module that calls a kernel → that kernel's NAME:HANDLE.
-    The comment precedes the call; a call spanning several lines maps each of them."""
+
+    The comment precedes the call, but not always directly: Triton calls come after
+    `stream0 = get_raw_stream(0)` (and C++ wrapper code may declare things between). So the
+    call is the first statement up to the next handle comment that calls the kernel by its
+    name; failing that (a name the code spells differently), the first statement after the
+    comment. A call spanning several lines maps each of them."""
     src = source.splitlines()
-    out: dict[int, str] = {}
-    i = 0
-    while i < len(src):
-        s = src[i].strip()
+    marks: list[tuple[int, str]] = []
+    for i, ln in enumerate(src):
+        s = ln.strip()
         k = s.find(HANDLE_COMMENT)
         if s.startswith(("#", "//")) and k >= 0:  # `//` in C++ wrapper code (cpp_wrapper)
-            key = s[k + len(HANDLE_COMMENT):].strip()
-            j = i + 1
-            while j < len(src) and (not src[j].strip() or src[j].strip().startswith(("#", "//"))):
+            marks.append((i, s[k + len(HANDLE_COMMENT):].strip()))
+    out: dict[int, str] = {}
+    for m, (i, key) in enumerate(marks):
+        stop = marks[m + 1][0] if m + 1 < len(marks) else len(src)
+        name = key.rsplit(":", 1)[0]
+        first = None
+        j = i + 1
+        while j < stop:
+            s = src[j].strip()
+            if not s or s.startswith(("#", "//")):
                 j += 1
-            if j < len(src):
-                end = _statement_end(src, j)
-                for ln in range(j, end + 1):
-                    out[ln + 1] = key
-            i = j
-            continue
-        i += 1
+                continue
+            end = _statement_end(src, j)
+            if first is None:
+                first = (j, end)
+            if _calls(" ".join(x.strip() for x in src[j:end + 1]), name):
+                first = (j, end)
+                break
+            j = end + 1
+        if first is not None:
+            for ln in range(first[0], first[1] + 1):
+                out[ln + 1] = key
     return out
 
 
