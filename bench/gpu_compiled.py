@@ -54,15 +54,18 @@ def recorder_applies_provenance() -> bool:
     return "attribute_compiled" in inspect.getsource(session)
 
 
-def record(out: str, program: list[str], cwd: str) -> tuple[object, str, float]:
-    """(profile with compiled kernels attributed, who applied provenance, wall seconds)."""
+def record(out: str, program: list[str], cwd: str, steps: str = "") -> tuple[object, str, float]:
+    """(profile with compiled kernels attributed, who applied provenance, wall seconds).
+    `steps`: dlpt's `--steps A:B` (the steady state, after compiling and autotuning)."""
     from dlpt.store import load, save
 
     by_recorder = recorder_applies_provenance()
     prov_json = out + ".provenance.json"
-    cmd = [sys.executable, "-m", "dlpt", "record", "--force", "-o", out, "--"]
+    cmd = [sys.executable, "-m", "dlpt", "record", "--force", "-o", out, *(["--steps", steps] if steps else []), "--"]
     cmd += program if by_recorder else [WRAP, *program]
-    env = dict(os.environ, DLPT_PROVENANCE_OUT=prov_json)
+    # The tree as recorded, with its provenance, for rerunning the attribution anywhere.
+    recorded = out.replace(".dlpt", ".recorded.dlpt")
+    env = dict(os.environ, DLPT_PROVENANCE_OUT=prov_json, DLPT_RECORDED_OUT=recorded)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
     wall = time.perf_counter() - t0
@@ -70,6 +73,9 @@ def record(out: str, program: list[str], cwd: str) -> tuple[object, str, float]:
         raise SystemExit(f"record {program} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     print("   ", (r.stderr.strip().splitlines() or [""])[-2:], flush=True)
     prof = load(out)
+    if os.path.exists(recorded) and os.path.abspath(OUT) != os.path.abspath(KEEP):
+        os.makedirs(OUT, exist_ok=True)
+        shutil.copy(recorded, OUT)
     if by_recorder or not os.path.exists(prov_json):
         return prof, "recorder" if by_recorder else "none", wall
     from dlpt.collectors.record.fused import attribute_compiled
@@ -110,7 +116,15 @@ def line_shares(prof: object, model_file: str | None) -> dict:
                      "model": (os.path.basename(fr.file) == model_file) if model_file else fr.function == "forward"})
     rows.sort(key=lambda r: -r["gpu_ns"])
     pct = (lambda v: round(100.0 * v / total, 2) if total else 0.0)  # noqa: E731
+    cct, frames = prof.cct, prof.frames  # type: ignore[attr-defined]
+
+    def under(name: str) -> int:
+        """Time beneath nodes of that frame name (outermost only: they do not nest)."""
+        return sum(int(cct.inclusive[i, col]) for i in range(len(cct)) if frames[int(cct.frame[i])].name == name)
+
     return {"total_gpu_ms": total / 1e6,
+            "autotuning_pct": pct(under("[torch.compile autotuning]")),
+            "no_provenance_pct": pct(under("<unattributed: no provenance>")),
             "non_def_pct": pct(sum(r["gpu_ns"] for r in rows if not r["def"])),
             "model_non_def_pct": pct(sum(r["gpu_ns"] for r in rows if r["model"] and not r["def"])),
             "top_line_pct": pct(rows[0]["gpu_ns"]) if rows else 0.0,
@@ -119,7 +133,8 @@ def line_shares(prof: object, model_file: str | None) -> dict:
 
 def side_by_side(name: str, compiled: dict, eager: dict, top: int = 15) -> None:
     print(f"\n{name}: compiled {compiled['non_def_pct']}% of {METRIC} on non-def source lines "
-          f"({compiled['model_non_def_pct']}% on model lines; top line {compiled['top_line_pct']}%), "
+          f"({compiled['model_non_def_pct']}% on model lines; top line {compiled['top_line_pct']}%; "
+          f"{compiled.get('no_provenance_pct', '?')}% without provenance, {compiled.get('autotuning_pct', '?')}% autotuning), "
           f"eager {eager['non_def_pct']}% ({eager['model_non_def_pct']}%); {METRIC} "
           f"{compiled['total_gpu_ms']:.1f} ms compiled, {eager['total_gpu_ms']:.1f} ms eager")
     key = (lambda r: (r["file"], r["line"]))  # noqa: E731
@@ -143,22 +158,23 @@ def keep(stage: str, data: dict) -> None:
         shutil.copy(path, OUT)
 
 
-def run_nanogpt(mode: str, iters: int = 30) -> dict:
-    """One nanoGPT recording, `--compile=True` or `--compile=False`."""
+def run_nanogpt(mode: str, iters: int = 30, steps: str = "10:25") -> dict:
+    """One nanoGPT recording, `--compile=True` or `--compile=False`; `steps` "" records it all."""
     subprocess.run([sys.executable, os.path.join(ROOT, "shared", "programs", "make_nanogpt_data.py"), NANOGPT],
                    check=True, capture_output=True)
     prog = ["train.py", *NANO_ARGS, f"--compile={mode}", f"--max_iters={iters}"]
     print(f"nanoGPT --compile={mode}", flush=True)
-    prof, by, wall = record(os.path.join(KEEP, f"nanogpt_compile{mode}.dlpt"), prog, NANOGPT)
-    return dict(line_shares(prof, "model.py"), applied_by=by, record_wall_s=round(wall, 1))
+    tag = f"_steps{steps.replace(':', '-')}" if steps else "_whole"
+    prof, by, wall = record(os.path.join(KEEP, f"nanogpt_compile{mode}{tag}.dlpt"), prog, NANOGPT, steps)
+    return dict(line_shares(prof, "model.py"), applied_by=by, record_wall_s=round(wall, 1), steps=steps or "all")
 
 
-def run_own(mode: str, steps: int = 30) -> dict:
-    """One recording of bench/gpu_compiled_models.py in `mode`."""
+def run_own(mode: str, steps: int = 30, window: str = "10:25") -> dict:
+    """One recording of bench/gpu_compiled_models.py in `mode`, optimizer steps `window` only."""
     print(f"own model --mode {mode}", flush=True)
     prof, by, wall = record(os.path.join(KEEP, f"own_{mode}.dlpt"), [MODELS, "--mode", mode, "--steps", str(steps)],
-                            os.path.join(ROOT, "bench"))
-    return dict(line_shares(prof, None), applied_by=by, record_wall_s=round(wall, 1))
+                            os.path.join(ROOT, "bench"), window)
+    return dict(line_shares(prof, None), applied_by=by, record_wall_s=round(wall, 1), steps=window)
 
 
 def _cold_run(cmd: list[str], cwd: str, with_prov: bool) -> tuple[str, float]:
@@ -212,7 +228,12 @@ def report() -> None:
 
     ne, nc = read("nanogpt-eager"), read("nanogpt-compiled")
     if ne and nc:
-        side_by_side(f"nanoGPT --compile=True (provenance applied by {nc['applied_by']})", nc, ne)
+        side_by_side(f"nanoGPT --compile=True, steps {nc.get('steps')} (provenance applied by {nc['applied_by']})", nc, ne)
+    nw = read("nanogpt-compiled-whole")
+    if nw:
+        print(f"\nnanoGPT --compile=True, whole run (compiling and autotuning included): "
+              f"{nw['model_non_def_pct']}% on model lines, {nw['autotuning_pct']}% under [torch.compile autotuning], "
+              f"{nw['no_provenance_pct']}% without provenance, {nw['total_gpu_ms']:.1f} ms GPU time")
     oe = read("own-eager")
     for mode in ("reduce-overhead", "graph-break"):
         o = read(f"own-{mode}")
@@ -226,13 +247,14 @@ def report() -> None:
 STAGES = {
     "nanogpt-compiled": lambda: run_nanogpt("True"),
     "nanogpt-eager": lambda: run_nanogpt("False"),
+    "nanogpt-compiled-whole": lambda: run_nanogpt("True", steps=""),
     "own-eager": lambda: run_own("eager"),
     "own-reduce-overhead": lambda: run_own("reduce-overhead"),
     "own-graph-break": lambda: run_own("graph-break"),
     "compile-time-own": lambda: compile_time("own", int(os.environ.get("DLPT_BENCH_REPEATS", "2"))),
     "compile-time-nanogpt": lambda: compile_time("nanogpt", int(os.environ.get("DLPT_BENCH_REPEATS", "2"))),
 }
-GROUPS = {"nanogpt": ["nanogpt-compiled", "nanogpt-eager"],
+GROUPS = {"nanogpt": ["nanogpt-compiled", "nanogpt-eager", "nanogpt-compiled-whole"],
           "own": ["own-eager", "own-reduce-overhead", "own-graph-break"],
           "compile-time": ["compile-time-own", "compile-time-nanogpt"]}
 

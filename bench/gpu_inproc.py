@@ -10,6 +10,10 @@ keeps its subscription once it has run.
 
     python bench/gpu_inproc.py dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
 prints one JSON line: median step (ms) unprofiled and profiled, and the ratio.
+
+    python bench/gpu_inproc.py after [ROUNDS] [BLOCK]
+is what `--steps A:B` leaves behind: ROUNDS blocks unprofiled, one block under dlpt (switched on
+and fully off, as at steps A and B), ROUNDS blocks unprofiled again; the ratio is after / before.
 """
 
 from __future__ import annotations
@@ -58,6 +62,21 @@ def main() -> None:
     step = make_step()
     for _ in range(15):
         step()
+    if which == "after":
+        from dlpt.collectors.record.session import Recorder
+
+        before = [t for _ in range(rounds) for t in [step() for _ in range(block)][1:]]
+        r = Recorder(command="inproc", quiet=True, steps=(1, 1 + block))
+        r.start()
+        during = [step() for _ in range(block + 2)]
+        # As under `dlpt record --steps`: the collector is off now, dlpt's hooks stay till the end.
+        after = [t for _ in range(rounds) for t in [step() for _ in range(block)][1:]]
+        r.stop()
+        a, d, b = (statistics.median(v) * 1e3 for v in (before, during, after))
+        print(json.dumps({"profiler": "dlpt --steps (after)", "before_ms": round(a, 3), "during_ms": round(d, 3),
+                          "after_ms": round(b, 3), "ratio": round(b / a, 4), "steps_each": len(before),
+                          "device": torch.cuda.get_device_name(0)}))
+        return
     if which == "dlpt":
         from dlpt.collectors.record.session import Recorder
 

@@ -80,6 +80,20 @@ at::CallbackHandle g_handle = 0;
 // the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities.
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false;
 
+// Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
+// (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
+// op; and a backward node that torchgen generated from derivatives.yaml (`AddmmBackward0`:
+// "Backward" and a number), whose inner ops (mm, t, sum...) would otherwise each take
+// RecordFunction's cost, the backward pass's larger half. A custom Function's backward
+// (`MyFnBackward`, `CompiledFunctionBackward`) runs Python and stays open.
+bool quiet_beneath(const char* nm, bool backward) {
+  if (std::strstr(nm, "::") != nullptr) return std::strncmp(nm, "autograd::engine::evaluate_function", 35) != 0;
+  if (!backward) return false;
+  size_t n = std::strlen(nm), d = n;
+  while (d > 0 && nm[d - 1] >= '0' && nm[d - 1] <= '9') --d;
+  return d < n && d >= 8 && std::strncmp(nm + d - 8, "Backward", 8) == 0;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (g_diag_noop) return nullptr;
   ThreadState& ts = tstate();
@@ -115,8 +129,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   // and ops that run Python — a custom autograd Function (named by its class, no "::") or a
   // compiled region ("Torch-Compiled Region: 0/0") — whose ops and launches keep their own
   // lines. (Python that a quiet op calls back into still gets its lines for what it launches.)
-  const char* nm = name ? name : "";
-  bool quiet = std::strstr(nm, "::") != nullptr && std::strncmp(nm, "autograd::engine::evaluate_function", 35) != 0;
+  bool quiet = quiet_beneath(name ? name : "", backward);
   if (quiet) at::enableRecordFunction(false);
   ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet,
                             backward ? -1 : int64_t(at::sequence_number::peek())});

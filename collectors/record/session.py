@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from dlpt.collectors.record import native
@@ -127,7 +128,14 @@ class Recorder:
         with self._lock:
             t0 = time.perf_counter()
             prof = self._build(partial=False)
-            if self.attribute:
+            if self.attribute and self.provenance:
+                keep = os.environ.get("DLPT_RECORDED_OUT")
+                if keep:
+                    # Diagnostics for compiled code's attribution: the tree as recorded, with the
+                    # provenance, so the pure transformation can be rerun and inspected anywhere.
+                    from dlpt.store import save
+
+                    save(replace(prof, meta={**prof.meta, "provenance": self.provenance.to_dict()}), keep, force=True)
                 prof = attribute_compiled(prof, self.provenance)
                 prof.sources.update(self.converter.sources(prof))  # stack traces may name new files
             self.post_seconds = time.perf_counter() - t0
