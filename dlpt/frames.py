@@ -36,6 +36,21 @@ class Frame(NamedTuple):
         return self.name
 
 
+# The functions Dynamo makes to resume a frame after a graph break are named
+# `torch_dynamo_resume_in_forward_at_46`; their code is the user's own `forward`, lines and all.
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
+
+
+def source_frame(file: str, line: int, function: str) -> Frame:
+    """The frame of one source line, the one form both a recording and compiled code's
+    provenance give it, so their paths merge. A resume function after a graph break is named
+    for the function it resumes (what the user wrote, and what the same line is under eager)."""
+    m = _RESUME.match(function)
+    if m:
+        function = m.group(1)
+    return Frame("python", f"{function} ({file}:{line})", file, line, function)
+
+
 def fused_frame(kernel: str) -> Frame:
     return Frame("op", f"{FUSED_PREFIX}{kernel}]")
 

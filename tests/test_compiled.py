@@ -20,7 +20,6 @@ from dlpt.collectors.record.fused import (
     NO_PROVENANCE,
     REGION_PREFIX,
     attribute_compiled,
-    source_frame,
 )
 from dlpt.collectors.record.provenance import (
     CompiledModule,
@@ -32,7 +31,7 @@ from dlpt.collectors.record.provenance import (
     parse_trace,
 )
 from dlpt.collectors.record.shares import split_int, transport
-from dlpt.frames import FUSED_PREFIX, Frame, FrameTable, fused_frame
+from dlpt.frames import FUSED_PREFIX, Frame, FrameTable, fused_frame, source_frame
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.store import load, save
@@ -226,11 +225,43 @@ def test_real_triton_wrapper_calls_map_to_their_kernels(graph):
     assert all(k.traces for k in mod.kernels.values() if not k.name.startswith("aten.randint"))
     # the extern addmm of `h = s.fc(h)`: its line in the probe's MLP
     if graph == "forward":
-        fc = [k for k in mod.kernels.values() if k.name == "extern_kernels.addmm"]
-        assert fc[0].lines()[0].line == 34 and fc[0].lines()[0].file.endswith("prov_probe.py")
+        fc = mod.kernels["extern_kernels.addmm:4"].lines()
+        assert [(f.file.rsplit("/", 1)[-1], f.line) for f in fc] == [("prov_probe.py", 34)]
 
 
 HANDLE = "[Provenance debug handles] "
+
+
+def test_graph_break_resume_functions_read_as_the_function_they_resume():
+    f = source_frame(MODEL, 47, "torch_dynamo_resume_in_forward_at_46")
+    assert f == source_frame(MODEL, 47, "forward") and f.label().endswith(":47 forward")
+    assert source_frame(MODEL, 3, "torch_dynamo_resume_in_my_fn_at_2").function == "my_fn"
+
+
+def test_mix_order_reduction_call_and_its_extra_round():
+    """A mix-order reduction kernel (layer-norm backward on GPUs) as the real wrapper writes it
+    (tests/data/inductor's nanoGPT backward, with the handle dlpt's hook adds at `call_kernel`):
+    the workspace allocation before the call is not the kernel, the extra round of reduction over
+    the workspace after it is."""
+    src = textwrap.dedent("""\
+        def call():
+            buf9 = empty_strided_cuda((64, 256, 384), (98304, 384, 1), torch.bfloat16)
+            # Call mix order reduction kernel
+            # Topologically Sorted Source Nodes: [view_30, sum_5], Original ATen: [aten.view]
+            # [Provenance debug handles] triton_per_fused_norm_1:7
+            workspace_0 = empty_strided_cuda((393216, ), (1, ), torch.float32)
+            stream0 = get_raw_stream(0)
+            triton_per_fused_norm_1.run(buf3, primals_16, mul_24,
+                                        workspace_0, 16384, 384, stream=stream0)
+            buf8 = workspace_0[0 * 1024 * 384 : (0 + 1) * 1024 * 384].view(1024, 384).sum(dim=0)
+            buf7 = workspace_0[1 * 1024 * 384 : (1 + 1) * 1024 * 384].view(1024, 384).sum(dim=0)
+            del buf3
+            # [Provenance debug handles] extern_kernels.mm:8
+            extern_kernels.mm(buf9, buf8, out=buf10)
+        """)
+    assert call_lines(src) == {8: "triton_per_fused_norm_1:7", 9: "triton_per_fused_norm_1:7",
+                               10: "triton_per_fused_norm_1:7", 11: "triton_per_fused_norm_1:7",
+                               14: "extern_kernels.mm:8"}
 
 
 def test_rows_of_one_leaf_split_consistently():

@@ -66,7 +66,7 @@ from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace
 from dlpt.collectors.record.shares import split_int, transport
-from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library
+from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library, source_frame
 from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
 from dlpt.profile import Profile
 from dlpt.transforms import propagate_down
@@ -89,11 +89,6 @@ REGION_PREFIX = "Torch-Compiled Region: "
 _CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils)\.py$")
 # Activity columns that add up (split between shares); the others (start, device...) are copied.
 _ADDITIVE = ("duration", "bytes", "count")
-
-
-def source_frame(file: str, line: int, function: str) -> Frame:
-    """The frame a recording gives that line: same name form, so eager and compiled paths merge."""
-    return Frame("python", f"{function} ({file}:{line})", file, line, function)
 
 
 class _Frames:

@@ -18,7 +18,7 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
-from dlpt.frames import Frame, FrameTable, is_library_file
+from dlpt.frames import Frame, FrameTable, is_library_file, source_frame
 from dlpt.metrics import KERNEL, MEMSET
 from dlpt.profile import Profile
 
@@ -81,7 +81,7 @@ class TrieConverter:
             f = self._py_frames.get(key)
             if f is None:
                 path, func = info
-                f = self._py_frames[key] = self.frames.intern(Frame("python", f"{func} ({path}:{b})", path, b, func))
+                f = self._py_frames[key] = self.frames.intern(source_frame(path, b, func))
             return f
         if kind == N_OP:
             return self.frames.intern(Frame("op", self.names[a]))

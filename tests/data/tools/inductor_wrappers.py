@@ -43,8 +43,8 @@ if which == "mlp":
 else:
     sys.path.insert(0, os.path.join(os.getcwd(), "shared/programs/nanoGPT"))
     from model import GPT, GPTConfig
-    m = GPT(GPTConfig(block_size=64, vocab_size=65, n_layer=2, n_head=4, n_embd=128, dropout=0.2)).to(dev)
-    idx = torch.randint(0, 65, (4, 64), device=dev)
+    m = GPT(GPTConfig(block_size=256, vocab_size=65, n_layer=2, n_head=6, n_embd=384, dropout=0.2, bias=False)).to(dev)
+    idx = torch.randint(0, 65, (64, 256), device=dev)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logits, loss = torch.compile(m)(idx, idx)
     loss.backward()
