@@ -683,9 +683,13 @@ def f(x):
 
 
 torch.compile(f)(torch.randn(8))
+import torch._inductor.codegen.triton as T  # noqa: E402 - a GPU compile imports it; here, after Inductor
+
+hooked = T.TritonScheduling.codegen_comment.__qualname__
 prov.stop()
 lines = sorted({fr.line for m in prov.modules.values() for k in m.kernels.values() for fr in k.lines()})
-print(json.dumps({"imported_at_start": before, "lines": lines}))
+print(json.dumps({"imported_at_start": before, "lines": lines, "hooked": hooked,
+                  "after_stop": T.TritonScheduling.codegen_comment.__qualname__}))
 '''
 
 
@@ -703,6 +707,8 @@ def test_start_does_not_import_inductor_until_the_program_does(tmp_path):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["imported_at_start"] is False
     assert got["lines"] == [markers(path.read_text())["f"]]
+    # the mix-order reduction hook is on Triton's codegen while recording, and only then
+    assert got["hooked"].startswith("_handle_mix_order_kernels.") and got["after_stop"] == "TritonScheduling.codegen_comment"
 
 
 @pytest.mark.parametrize("seed", range(8))

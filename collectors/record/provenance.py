@@ -269,6 +269,7 @@ class Provenance:
         self._original: Any = None
         self._owner: Any = None
         self._unpatch: Any = None
+        self._waiting_codegen: _AfterImport | None = None
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -320,7 +321,24 @@ class Provenance:
         post_compile.__wrapped__ = original  # type: ignore[attr-defined]
         self._original, self._owner = original, CompiledFxGraph
         CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
-        self._unpatch = _handle_mix_order_kernels()
+        if _TRITON_CODEGEN in sys.modules:
+            self._unpatch = _handle_mix_order_kernels()
+        else:
+            # Importing it here, inside output_code's own first import, is a circular import;
+            # a program on a CPU never imports it at all.
+            self._waiting_codegen = _AfterImport(_TRITON_CODEGEN, self._patch_codegen)
+            sys.meta_path.insert(0, self._waiting_codegen)
+
+    def _patch_codegen(self) -> None:
+        self._codegen_done()
+        if self._original is not None and self._unpatch is None:
+            self._unpatch = _handle_mix_order_kernels()
+
+    def _codegen_done(self) -> None:
+        if self._waiting_codegen is not None:
+            if self._waiting_codegen in sys.meta_path:
+                sys.meta_path.remove(self._waiting_codegen)
+            self._waiting_codegen = None
 
     def _waiting_done(self) -> None:
         if self._waiting is not None:
@@ -337,6 +355,7 @@ class Provenance:
 
         self._owner.post_compile = self._original
         self._original = self._owner = None
+        self._codegen_done()
         if self._unpatch is not None:
             self._unpatch()
             self._unpatch = None
@@ -426,6 +445,7 @@ class Provenance:
 
 
 _WATCHED = "torch._inductor.output_code"
+_TRITON_CODEGEN = "torch._inductor.codegen.triton"
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
