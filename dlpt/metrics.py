@@ -45,6 +45,20 @@ def metric_unit(metric: str) -> str:
     return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
 
 
+def fmt_bytes(n: float) -> str:
+    """A byte count for people, in binary units (1 KiB = 1024 B, as `ls -h`, memray and the
+    CUDA tools count): `512 B`, `1.5 KiB`, `64 KiB`, `1.0 MiB`. Two or three significant digits
+    are what tell sizes apart; more is noise."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{n:.0f} B"
+            return f"{n:.0f} {unit}" if abs(n) >= 10 else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 # Collective communication, by name. Kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's,
 # the libraries whose collectives run as GPU kernels under torch.distributed. Host ops: the
 # c10d dispatcher ops (c10d::allreduce_, ...) and the spans the process-group backends open

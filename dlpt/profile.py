@@ -81,7 +81,7 @@ class Profile:
                      include_library: bool = False) -> pd.DataFrame:
         """The chosen view as a pandas DataFrame, one row per node or group, metrics in
         nanoseconds, bytes and counts (`*_inc` for inclusive)."""
-        from dlpt.tables import view_dataframe
+        from dlpt.interop.tables import view_dataframe
 
         return view_dataframe(self, view=view, by=by, include_library=include_library)
 
@@ -89,12 +89,12 @@ class Profile:
         """The calling-context tree as a hatchet GraphFrame (exclusive metrics as `gpu_time`,
         inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays. The
         default metric is gpu_time, or cpu_time for a profile without GPU activity."""
-        from dlpt.graphframe import to_graphframe
+        from dlpt.interop.graphframe import to_graphframe
 
         return to_graphframe(self, include_library=include_library, metric=metric)
 
     def call_graph(self, include_library: bool = False) -> nx.DiGraph:
         """The function-level caller/callee graph (networkx), metrics on nodes and edges."""
-        from dlpt.callgraph import call_graph
+        from dlpt.interop.callgraph import call_graph
 
         return call_graph(self, include_library=include_library)

@@ -25,7 +25,8 @@ torch = pytest.importorskip("torch")
 
 import dlpt  # noqa: E402
 from dlpt.errors import DlptError  # noqa: E402
-from dlpt.store import MIN_FREE_BYTES, remove_temp_files  # noqa: E402
+from dlpt.output import remove_temp_files  # noqa: E402
+from dlpt.store import MIN_FREE_BYTES  # noqa: E402
 
 # Generous: a loaded 2-core machine needs several seconds just to import torch.
 START = 240

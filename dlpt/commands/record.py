@@ -191,7 +191,7 @@ class _Job:
                 pass
 
     def abandoned(self, signum: int) -> None:
-        from dlpt.store import remove_temp_files
+        from dlpt.output import remove_temp_files
 
         # The store removes its temporary file as the interrupt passes through it; this also
         # catches one the signal cut off between its creation and the store's cleanup.

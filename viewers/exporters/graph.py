@@ -1,4 +1,4 @@
-"""`-f dot` and `-f graphml`: the function-level caller/callee graph (`dlpt.callgraph`).
+"""`-f dot` and `-f graphml`: the function-level caller/callee graph (`dlpt.interop.callgraph`).
 
 DOT is written here rather than through pydot: kernel names hold `<>":{}` and `::`, which
 networkx's pydot bridge rejects or mangles, while a DOT quoted string only needs `"` and `\\`
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dlpt.callgraph import call_graph
+from dlpt.interop.callgraph import call_graph
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
 from dlpt.viewers.exporters import ExportOptions, register

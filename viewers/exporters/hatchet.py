@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from dlpt.graphframe import to_literal
+from dlpt.interop.graphframe import to_literal
 from dlpt.profile import Profile
 from dlpt.viewers.exporters import ExportOptions, register
 

@@ -18,9 +18,9 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from dlpt.commands.common import write_output
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS, default_metric
+from dlpt.output import write_output
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
