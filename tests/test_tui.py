@@ -19,9 +19,10 @@ from textual.widgets import Static
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile, snapshot_sources
+from dlpt.loader import open_profile
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
+from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen

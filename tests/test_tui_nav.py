@@ -15,9 +15,10 @@ from textual.widgets import Footer
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile, snapshot_sources
+from dlpt.loader import open_profile
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
+from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.picker import MetricPicker

@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.loader import open_profiles, snapshot_sources
+    from dlpt.loader import open_profiles
     from dlpt.progress import progress_for
+    from dlpt.sources import snapshot_sources
     from dlpt.store import save
 
     if os.path.exists(args.output) and not args.force:
