@@ -9,10 +9,9 @@ from typing import TextIO
 
 from dlpt.interop.graphframe import to_literal
 from dlpt.profile import Profile
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 
 
-@register
 class HatchetExporter:
     name = "hatchet"
     suffix = ".hatchet.json"
