@@ -6,11 +6,9 @@ import re
 import sys
 from typing import NamedTuple
 
-# Every kind a frame may have. `root` and `rank` only head the tree; the rest are DESIGN §3's.
-KINDS = (
-    "root", "rank", "thread", "python", "module", "op", "backward",
-    "kernel", "memcpy", "memset", "unattributed",
-)
+# The kinds of the frames that device activities are leaves of (dlpt.metrics.ACTIVITY_KIND_INFO
+# maps each activity kind onto one). The other kinds: `root` and `rank` head the tree;
+# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are DESIGN §3's.
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 # A compiled kernel's share on one of the source lines it was generated from is a node of this
 # frame beneath that line (collectors/record/fused.py makes them; viewers explain them).

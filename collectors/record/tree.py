@@ -19,7 +19,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
 from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import KERNEL, MEMSET
+from dlpt.metrics import ACTIVITY_KIND_INFO
 from dlpt.profile import Profile
 from dlpt.sources import read_source
 
@@ -30,7 +30,7 @@ LEAF_COLUMNS = 10  # node, kind, name, count, total, min, max, bytes, device, st
 
 def leaf_frame(kind: int, name: str) -> Frame:
     """The frame of a device activity of metric kind `kind` (every copy kind is a "memcpy")."""
-    return Frame("kernel" if kind == KERNEL else "memset" if kind == MEMSET else "memcpy", name)
+    return Frame(ACTIVITY_KIND_INFO[kind].frame, name)
 
 
 class TrieConverter:

@@ -19,7 +19,7 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
-from dlpt.metrics import COL, METRICS, default_metric
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
 from dlpt.output import write_output
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
@@ -286,9 +286,7 @@ class DlptApp(App[int]):
         tot = kind_totals(prof)
         if tot["gpu_time"]:
             t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
-            parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                     ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
-            t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts if tot[m]))
+            t.append(": " + " · ".join(f"{k.label} {fmt_time(tot[k.time])}" for k in KIND_BREAKDOWN if tot[k.time]))
         else:
             t.append("no GPU activity in this profile", style="bold")
         if tot["cpu_time"]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlpt.frames import FUSED_PREFIX, Frame, is_library, short_path
-from dlpt.metrics import COL
+from dlpt.metrics import COL, KIND_BREAKDOWN
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.tui.model import FlatSource, Source, TreeSource
@@ -45,9 +45,7 @@ def build_detail(v: Variant, src: Source, key: int, view: str, metric: str) -> D
     col = COL[metric]
     k1 = np.array([key])
     frame = src.frame(key)
-    kinds = {"kernels": "kernel_time", "HtoD": "htod_time", "DtoH": "dtoh_time", "DtoD": "dtod_time",
-             "memset": "memset_time"}
-    breakdown = {n: int(src.kind_values(k1, COL[m])[0]) for n, m in kinds.items()}
+    breakdown = {k.label: int(src.kind_values(k1, COL[k.time])[0]) for k in KIND_BREAKDOWN}
     note = ""
     activities = None
     if isinstance(src, TreeSource) and src.name == "top-down":

@@ -16,6 +16,7 @@ import numpy as np
 from rich.cells import cell_len, set_cell_size
 
 from dlpt.frames import Frame
+from dlpt.metrics import KIND_BREAKDOWN
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
 from dlpt.views import FlatView, bottom_up, flat
@@ -26,9 +27,8 @@ METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time"
 
 # Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
 # out so that narrow terminals keep room for names.
-KIND_COLUMNS = (("kernel", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                ("DtoD", "dtod_time"), ("memset", "memset_time"), ("#kern", "kernel_count"),
-                ("#copy", "copy_count"))
+KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k.time != "memcpy_other_time"),
+                ("#kern", "kernel_count"), ("#copy", "copy_count"))
 
 
 
