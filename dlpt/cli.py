@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from dlpt.commands import diff, export, import_, record, report, view
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 from dlpt.version import __version__
 
 # In the order `dlpt --help` lists them.
@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except DlptError as e:
-        print(f"dlpt: {e}", file=sys.stderr)
+        notice(str(e))
         return e.exit_status
     except KeyboardInterrupt:
-        print("dlpt: interrupted", file=sys.stderr)
+        notice("interrupted")
         return 130
     except BrokenPipeError:
         # `dlpt report ... | head`: the reader went away; that is not an error. Point stdout at

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 from dlpt.profile import Profile
 from dlpt.progress import Progress, progress_for
 from dlpt.sources import snapshot_sources
@@ -25,7 +24,7 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     skipped = int(prof.meta.get("skipped_events", 0) or 0)
     if skipped:
         # Survivable damage: say how much was left out rather than dropping it silently.
-        print(f"dlpt: warning: {path}: skipped {skipped:,} malformed events", file=sys.stderr)
+        notice(f"warning: {path}: skipped {skipped:,} malformed events")
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
 

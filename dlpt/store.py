@@ -212,10 +212,14 @@ def load(path: str) -> Profile:
     except DlptError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as e:
-        # Damage inside the file surfaces as whatever the decoding step trips on.
-        raise DlptError(f"{path}: damaged profile ({type(e).__name__}: {e}); record or import it again") from None
+        # Damage that the checks in _read do not name surfaces as whatever decoding trips on.
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
     finally:
         con.close()
+
+
+def _damaged(path: str, what: str) -> DlptError:
+    return DlptError(f"{path}: damaged profile ({what}); record or import it again")
 
 
 def _uri_path(path: str) -> str:
@@ -249,21 +253,21 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         dims = tuple(int(x) for x in shape.split(",") if x)
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
     act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
-    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act)
+    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act, path)
     cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
-        raise ValueError("nodes refer to missing frames")
+        raise _damaged(path, "nodes refer to missing frames")
     par = cct.parent[1:]
     if len(par) and ((par < 0).any() or (par >= np.arange(1, len(cct))).any()):
-        raise ValueError("the tree is not in preorder")
+        raise _damaged(path, "the tree is not in preorder")
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
-        raise ValueError("activities refer to missing nodes")
+        raise _damaged(path, "activities refer to missing nodes")
     sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
     return Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
 
 
 def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], frames: list[Frame],
-                    act: Activities) -> np.ndarray:
+                    act: Activities, path: str) -> np.ndarray:
     """The stored exclusive matrix with its columns in this dlpt's METRICS order, matched by
     name. A metric the file lacks is zero, except comm_time, which older profiles can give
     exactly: it is the time of their collective kernels, and every kernel is in `activity`."""
@@ -271,7 +275,7 @@ def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], fram
     if tuple(names) == METRICS:
         return stored
     if stored.ndim != 2 or stored.shape[1] != len(names):
-        raise ValueError("the metric columns do not match their names")
+        raise _damaged(path, "the metric columns do not match their names")
     out = np.zeros((stored.shape[0], len(METRICS)), dtype=np.int64)
     for j, m in enumerate(names):
         if m in COL:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from dlpt.errors import notice
 from dlpt.metrics import METRICS, default_metric
 from dlpt.profile import Profile
 
@@ -23,7 +23,7 @@ def choose_metric(metric: str | None, *profiles: Profile) -> str:
         return metric
     chosen = default_metric(*profiles)
     if chosen == "cpu_time":
-        print("dlpt: no GPU activity in this profile; showing host op time (--metric cpu_time)", file=sys.stderr)
+        notice("no GPU activity in this profile; showing host op time (--metric cpu_time)")
     return chosen
 
 

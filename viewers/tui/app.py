@@ -22,7 +22,7 @@ from dlpt.errors import DlptError
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
 from dlpt.output import write_output
 from dlpt.profile import Profile
-from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
+from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.model import METRIC_CYCLE, FlatSource, Outline, Source, TreeSource, bottom_up_source, filter_keys
@@ -30,8 +30,6 @@ from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, progra
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat, prepare
-
-VIEW_KEYS = {"1": "top-down", "2": "bottom-up", "3": "flat"}
 
 
 def export_path(profile_path: str) -> str:
@@ -73,6 +71,7 @@ class DlptApp(App[int]):
         Binding("d", "toggle_detail", "detail", show=False),
         Binding("escape", "clear_search", "clear", show=False),
     ]
+    VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if b.action.startswith("view(")]
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
                  include_library: bool = False, metric: str | None = None, rank: int | None = None) -> None:
@@ -293,7 +292,7 @@ class DlptApp(App[int]):
             t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
         # The views as tabs with their keys, the current one highlighted.
-        for key, view in VIEW_KEYS.items():
+        for key, view in self.VIEW_KEYS:
             name = f"flat by {self.by}" if view == "flat" else view
             t.append(f" {key} {name} ", style="reverse bold" if view == self.view else "dim")
         t.append(f"  metric {self.metric} · library {'shown' if self.include_library else 'hidden'}")
@@ -468,9 +467,6 @@ class DlptApp(App[int]):
             self.notify(f"hotspots written to {safe_text(path)}", title="export", timeout=6)
 
         self._background(job, done)
-
-    def format_value(self, v: int) -> str:
-        return fmt_metric(self.metric, v)
 
     def row_names(self) -> list[str]:
         """The names of the visible rows, in order (for tests and scripting)."""
