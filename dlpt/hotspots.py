@@ -164,7 +164,7 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     meta = profile.meta
     return {
         "schema": SCHEMA,
-        "profile": {"path": profile.path, "source": profile.source,
+        "profile": {"path": profile.path, "source": profile.collector,
                     "command": str(meta.get("command", "")),
                     "dlpt_version": str(meta.get("dlpt_version", ""))},
         "unit": "us",

@@ -145,7 +145,7 @@ def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
 
 
 def _merged_meta(profiles: list[Profile], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    sources = {p.source for p in profiles}
+    sources = {p.collector for p in profiles}
     first = profiles[0].meta
     meta: dict[str, Any] = {
         "source": sources.pop() if len(sources) == 1 else "mixed",

@@ -55,12 +55,14 @@ class Profile:
     cct: CCT
     activities: Activities = field(default_factory=Activities.empty)
     meta: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # file name → its text, as recorded
     path: str = ""
 
     @property
-    def source(self) -> str:
-        """`record` for `dlpt record`, `kineto` for an imported trace."""
+    def collector(self) -> str:
+        """What made the profile: `record` for `dlpt record`, `kineto` for an imported trace,
+        `mixed` for ranks of both merged (stored as `meta["source"]`). Not to be confused with
+        `sources`, the text of the program's files."""
         return str(self.meta.get("source", "kineto"))
 
     def frame_of(self, node: int) -> Frame:

@@ -47,7 +47,7 @@ def header(profile: Profile, metric: str) -> list[str]:
     tot = cct.exclusive.sum(axis=0)
     gpu = int(tot[COL["gpu_time"]])
     src = profile.meta.get("command") or profile.path or ""
-    kind = "recorded" if profile.source == "record" else "Kineto trace"
+    kind = "recorded" if profile.collector == "record" else "Kineto trace"
     lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.get('command') else str(src))} ({kind})"]
     split = " · ".join(f"{k.label} {fmt_time(tot[COL[k.time]])}" for k in KIND_BREAKDOWN if tot[COL[k.time]])
     lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
@@ -66,7 +66,7 @@ def header(profile: Profile, metric: str) -> list[str]:
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
     lines += rank_lines(profile, metric)
-    if profile.source == "kineto":
+    if profile.collector == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
     return lines
 

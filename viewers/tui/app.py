@@ -25,7 +25,7 @@ from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import METRIC_CYCLE, FlatSource, Outline, Source, TreeSource, bottom_up_source, filter_keys
+from dlpt.viewers.tui.model import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows, filter_keys
 from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
@@ -154,7 +154,7 @@ class DlptApp(App[int]):
     def _variant_job(self, include_library: bool) -> Variant:
         assert self.base is not None
         prof = prepare(self.base, include_library)
-        src = TreeSource(prof, "top-down")
+        src = TreeRows(prof, "top-down")
         # Build the cached arrays here, off the UI thread: subtree ends, child index, one prefix sum.
         prof.cct.children(0)
         _ = prof.cct.end
@@ -196,7 +196,7 @@ class DlptApp(App[int]):
     def _outline_key(self) -> tuple:
         return (self.include_library, self.view, self.by if self.view == "flat" else "")
 
-    def _source(self, v: Variant) -> Source | None:
+    def _source(self, v: Variant) -> Rows | None:
         if self.view == "top-down":
             return v.top_down
         if self.view == "bottom-up":
@@ -219,7 +219,7 @@ class DlptApp(App[int]):
         if src is None:
             view, by, prof = self.view, self.by, v.profile
             self._set_busy(f"building the {view} view")
-            job = (lambda: bottom_up_source(prof)) if view == "bottom-up" else (lambda: FlatSource(prof, by))
+            job = (lambda: bottom_up_rows(prof)) if view == "bottom-up" else (lambda: FlatRows(prof, by))
             self._background(job, lambda s: self._source_ready(v, view, by, s))
             return
         key = self._outline_key()
@@ -255,7 +255,7 @@ class DlptApp(App[int]):
         self._set_busy("")
         self._show()
 
-    def _source_ready(self, v: Variant, view: str, by: str, src: Source) -> None:
+    def _source_ready(self, v: Variant, view: str, by: str, src: Rows) -> None:
         if view == "bottom-up":
             v.bottom_up = src  # type: ignore[assignment]
         else:
@@ -278,7 +278,7 @@ class DlptApp(App[int]):
             t.append("  loading…", style="italic")
             header.update(t)
             return
-        kind = "recorded" if prof.source == "record" else "Kineto trace"
+        kind = "recorded" if prof.collector == "record" else "Kineto trace"
         t.append("dlpt · ", style="bold")
         t.append(program_name(prof), style="bold")
         t.append(f" ({kind}) · {device_names(prof)}\n")
@@ -319,8 +319,8 @@ class DlptApp(App[int]):
             body.update(Text(""))
             self.detail = None
             return
-        self.detail = d = build_detail(v, o.source, key, self.view, self.metric)
-        if d.frame.has_source and d.source is not None and v.by_line is None:
+        self.detail = d = build_detail(v, o.rows, key, self.view, self.metric)
+        if d.frame.has_source and d.file_text is not None and v.by_line is None:
             prof = v.profile
 
             def job() -> FlatView:
@@ -471,7 +471,7 @@ class DlptApp(App[int]):
     def row_names(self) -> list[str]:
         """The names of the visible rows, in order (for tests and scripting)."""
         o = self.outline
-        return [] if o is None else [o.source.label(int(k)) for k in o.keys]
+        return [] if o is None else [o.rows.label(int(k)) for k in o.keys]
 
 
 def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,

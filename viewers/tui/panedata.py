@@ -12,7 +12,7 @@ import numpy as np
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL, METRICS
 from dlpt.profile import Activities, Profile
 from dlpt.viewers.format import safe_text
-from dlpt.viewers.tui.model import FlatSource, TreeSource
+from dlpt.viewers.tui.model import FlatRows, TreeRows
 from dlpt.views import FlatView
 
 
@@ -29,9 +29,9 @@ class Variant:
     on first use and kept, so switching back is instant."""
 
     profile: Profile
-    top_down: TreeSource
-    bottom_up: TreeSource | None = None
-    flats: dict[str, FlatSource] = field(default_factory=dict)
+    top_down: TreeRows
+    bottom_up: TreeRows | None = None
+    flats: dict[str, FlatRows] = field(default_factory=dict)
     by_line: FlatView | None = None
     activities: ActivityIndex | None = None
 
