@@ -360,7 +360,7 @@ def test_api_checks_before_the_block_and_saves_on_sigterm(tmp_path: Path) -> Non
 
 
 def test_stale_temp_files_of_dead_processes_only(tmp_path: Path) -> None:
-    from dlpt.store import _host_tag
+    from dlpt.output import _host_tag
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
