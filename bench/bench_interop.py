@@ -14,7 +14,7 @@ import numpy as np
 import dlpt
 from dlpt.cct import CCT
 from dlpt.frames import Frame
-from dlpt.graphframe import to_graphframe, to_literal
+from dlpt.interop.graphframe import to_graphframe, to_literal
 from dlpt.profile import Profile
 
 FIX = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "kineto" / "gpt_train.pt.trace.json.gz"

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from dlpt.errors import notice
+
 if TYPE_CHECKING:
     from dlpt.collectors.record.session import Recorder
     from dlpt.profile import Profile
@@ -232,11 +234,11 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
         if rec is not None:
             try:
                 self._finish(rec)
-                print(f"dlpt: {signal.Signals(signum).name}: profile saved to {self.path}", file=sys.stderr)
+                notice(f"{signal.Signals(signum).name}: profile saved to {self.path}")
             except KeyboardInterrupt:
                 pass
             except Exception as e:  # noqa: BLE001 - the process ends next; say why nothing was saved
-                print(f"dlpt: {signal.Signals(signum).name}: the profile could not be saved: {e}", file=sys.stderr)
+                notice(f"{signal.Signals(signum).name}: the profile could not be saved: {e}")
         die_by_signal(signum)
 
 

@@ -1,16 +1,17 @@
-"""The `dlpt` command line. Each subcommand lives in `dlpt/commands/<name>.py` and registers
-itself; this module only dispatches and turns user errors into one `dlpt: ` line, exit 2."""
+"""The `dlpt` command line. Each subcommand lives in `dlpt/commands/<name>.py`, listed in
+`COMMANDS`, and registers its options; this module only dispatches and turns user errors into one `dlpt: ` line, exit 2."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from dlpt.errors import DlptError
+from dlpt.commands import diff, export, import_, record, report, view
+from dlpt.errors import DlptError, notice
 from dlpt.version import __version__
 
-COMMANDS = ("record", "import_", "view", "report", "export", "diff")
+# In the order `dlpt --help` lists them.
+COMMANDS = (record, import_, view, report, export, diff)
 
 DESCRIPTION = """\
 dlpt — which line of your PyTorch program spends the GPU's time.
@@ -34,14 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="dlpt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"dlpt {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"dlpt.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"dlpt.commands.{name}":
-                continue
-            raise
-        mod.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return p
 
 
@@ -55,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except DlptError as e:
-        print(f"dlpt: {e}", file=sys.stderr)
+        notice(str(e))
         return e.exit_status
     except KeyboardInterrupt:
-        print("dlpt: interrupted", file=sys.stderr)
+        notice("interrupted")
         return 130
     except BrokenPipeError:
         # `dlpt report ... | head`: the reader went away; that is not an error. Point stdout at

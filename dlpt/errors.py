@@ -8,3 +8,12 @@ class DlptError(Exception):
     """
 
     exit_status = 2
+
+
+def notice(message: str) -> None:
+    """Tell the user something on stderr, as one `dlpt: ` line: what dlpt did or chose on their
+    behalf (a file saved, a default metric, events skipped). Library code says such things
+    here and nowhere else, and stdout stays the command's output."""
+    import sys
+
+    print(f"dlpt: {message}", file=sys.stderr, flush=True)

@@ -6,11 +6,9 @@ import re
 import sys
 from typing import NamedTuple
 
-# Every kind a frame may have. `root` and `rank` only head the tree; the rest are DESIGN §3's.
-KINDS = (
-    "root", "rank", "thread", "python", "module", "op", "backward",
-    "kernel", "memcpy", "memset", "unattributed",
-)
+# The kinds of the frames that device activities are leaves of (dlpt.metrics.ACTIVITY_KIND_INFO
+# maps each activity kind onto one). The other kinds: `root` and `rank` head the tree;
+# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are DESIGN §3's.
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 # A compiled kernel's share on one of the source lines it was generated from is a node of this
 # frame beneath that line (collectors/record/fused.py makes them; viewers explain them).
@@ -152,3 +150,35 @@ def is_library(frame: Frame) -> bool:
     if frame.kind != "python":
         return False
     return not frame.file or is_library_file(frame.file)
+
+
+def short_kernel_name(name: str, width: int = 60) -> str:
+    """`void at::native::elementwise_kernel<128, 2, ...>(int, ...)` → `at::native::elementwise_kernel<128, 2, …>`.
+
+    The parameter list and nested template arguments make names hundreds of characters long,
+    while what people recognise is the qualified name and its first template arguments (for
+    `cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>` they are the whole story)."""
+    s = name.strip().replace("(anonymous namespace)", "{anonymous}")
+    if s.startswith("void "):
+        s = s[5:]
+    depth = 0
+    out = []
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                out.append("<")
+            elif depth == 2:
+                out.append("…")
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+            if depth == 0:
+                out.append(">")
+        elif depth == 0 and ch == "(":
+            break  # the parameter list
+        elif depth <= 1:
+            out.append(ch)
+    short = ("".join(out).strip() or s).replace("{anonymous}", "(anonymous)")
+    if len(short) > width:
+        short = short[: width - 1] + "…"
+    return short

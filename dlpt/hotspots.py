@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.ranks import is_multi_rank, per_rank_groups
@@ -14,7 +15,6 @@ from dlpt.transforms import propagate_down
 from dlpt.views import flat, prepare
 
 SCHEMA = "dlpt.hotspots/1"
-ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 
 
 def us(ns: float | int) -> float:
@@ -164,7 +164,7 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     meta = profile.meta
     return {
         "schema": SCHEMA,
-        "profile": {"path": profile.path, "source": profile.source,
+        "profile": {"path": profile.path, "source": profile.collector,
                     "command": str(meta.get("command", "")),
                     "dlpt_version": str(meta.get("dlpt_version", ""))},
         "unit": "us",

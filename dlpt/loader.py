@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 from dlpt.profile import Profile
 from dlpt.progress import Progress, progress_for
+from dlpt.sources import snapshot_sources
 from dlpt.store import is_profile_file, load
-
-MAX_SOURCE_BYTES = 4 << 20
 
 
 def open_profile(path: str, progress: Progress | None = None) -> Profile:
@@ -26,7 +24,7 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     skipped = int(prof.meta.get("skipped_events", 0) or 0)
     if skipped:
         # Survivable damage: say how much was left out rather than dropping it silently.
-        print(f"dlpt: warning: {path}: skipped {skipped:,} malformed events", file=sys.stderr)
+        notice(f"warning: {path}: skipped {skipped:,} malformed events")
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
 
@@ -61,28 +59,3 @@ def open_profiles(paths: list[str], rank: int | None = None, progress: Progress 
 
         prof = select_rank(prof, rank)
     return prof
-
-
-def snapshot_sources(profile: Profile, roots: list[str]) -> dict[str, str]:
-    """The text of each source file on the profile's paths that can be found on this machine.
-
-    Traces name files relative to their `sys.path` entry, so relative names are looked up under
-    `roots` (the trace's directory, the working directory)."""
-    out: dict[str, str] = {}
-    for f in {fr.file for fr in profile.frames if fr.has_source}:
-        if f in profile.sources or f in out:
-            continue
-        from dlpt.frames import is_library_file
-
-        if is_library_file(f):
-            continue
-        cands = [f] if os.path.isabs(f) else [os.path.join(r, f) for r in roots]
-        for c in cands:
-            try:
-                if os.path.isfile(c) and os.path.getsize(c) <= MAX_SOURCE_BYTES:
-                    with open(c, encoding="utf-8", errors="replace") as fh:
-                        out[f] = fh.read()
-                    break
-            except OSError:
-                continue
-    return out

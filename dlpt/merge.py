@@ -9,13 +9,13 @@ renumbering), and frames are interned once each.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
 from dlpt.cct import CCT
+from dlpt.errors import notice
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import METRICS
 from dlpt.profile import Activities, Profile
@@ -61,8 +61,8 @@ def rank_numbers(profiles: list[Profile]) -> list[int]:
     if all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in known):
         if len(set(known)) == len(known):
             return [int(r) for r in known]  # type: ignore[arg-type]
-        print("dlpt: warning: several inputs are the same rank (two runs mixed?); numbering them "
-              f"0..{len(profiles) - 1} in the order given", file=sys.stderr)
+        notice("warning: several inputs are the same rank (two runs mixed?); numbering them "
+               f"0..{len(profiles) - 1} in the order given")
     return list(range(len(profiles)))
 
 
@@ -145,7 +145,7 @@ def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
 
 
 def _merged_meta(profiles: list[Profile], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    sources = {p.source for p in profiles}
+    sources = {p.collector for p in profiles}
     first = profiles[0].meta
     meta: dict[str, Any] = {
         "source": sources.pop() if len(sources) == 1 else "mixed",

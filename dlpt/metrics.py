@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -22,9 +22,29 @@ BYTE_METRICS = frozenset(m for m in METRICS if m.endswith("_bytes"))
 
 # Activity kinds, as stored in the profile. Copy direction comes from the name Kineto gives.
 KERNEL, HTOD, DTOH, DTOD, MEMCPY_OTHER, MEMSET = range(6)
-ACTIVITY_KIND_NAMES = ("kernel", "memcpy_htod", "memcpy_dtoh", "memcpy_dtod", "memcpy_other", "memset")
-_KIND_TIME_COL = np.array([COL["kernel_time"], COL["htod_time"], COL["dtoh_time"], COL["dtod_time"],
-                           COL["memcpy_other_time"], COL["memset_time"]])
+
+
+class ActivityKind(NamedTuple):
+    stored: str  # its name in the .dlpt file's activity_kinds table
+    frame: str  # the kind of its leaf frame (dlpt.frames.ACTIVITY_KINDS): every copy is a `memcpy`
+    label: str  # how totals name it: the report's and the TUI's GPU time split, the detail pane
+    short: str  # a table column's header, the kind of a row in the detail pane's activity list
+    time: str  # the metric its time counts in
+
+
+# The one place an activity kind gets its names, indexed by the numbers above.
+ACTIVITY_KIND_INFO = (
+    ActivityKind("kernel", "kernel", "kernels", "kernel", "kernel_time"),
+    ActivityKind("memcpy_htod", "memcpy", "HtoD", "HtoD", "htod_time"),
+    ActivityKind("memcpy_dtoh", "memcpy", "DtoH", "DtoH", "dtoh_time"),
+    ActivityKind("memcpy_dtod", "memcpy", "DtoD", "DtoD", "dtod_time"),
+    ActivityKind("memcpy_other", "memcpy", "other copies", "memcpy", "memcpy_other_time"),
+    ActivityKind("memset", "memset", "memset", "memset", "memset_time"),
+)
+ACTIVITY_KIND_NAMES = tuple(k.stored for k in ACTIVITY_KIND_INFO)
+# The order a split of GPU time is told in: kernels, copies by direction, memsets, other copies.
+KIND_BREAKDOWN = tuple(ACTIVITY_KIND_INFO[k] for k in (KERNEL, HTOD, DTOH, DTOD, MEMSET, MEMCPY_OTHER))
+_KIND_TIME_COL = np.array([COL[k.time] for k in ACTIVITY_KIND_INFO])
 _KIND_BYTES_COL = {HTOD: COL["htod_bytes"], DTOH: COL["dtoh_bytes"], DTOD: COL["dtod_bytes"]}
 _KIND_COUNT_COL = np.array([COL["kernel_count"]] + [COL["copy_count"]] * 4 + [COL["memset_count"]])
 
@@ -43,6 +63,20 @@ def copy_kind(name: str) -> int:
 def metric_unit(metric: str) -> str:
     """The unit of a metric's integer values: `ns`, `bytes` or `count`."""
     return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
+
+
+def fmt_bytes(n: float) -> str:
+    """A byte count for people, in binary units (1 KiB = 1024 B, as `ls -h`, memray and the
+    CUDA tools count): `512 B`, `1.5 KiB`, `64 KiB`, `1.0 MiB`. Two or three significant digits
+    are what tell sizes apart; more is noise."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{n:.0f} B"
+            return f"{n:.0f} {unit}" if abs(n) >= 10 else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
 
 
 # Collective communication, by name. Kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's,

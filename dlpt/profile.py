@@ -55,12 +55,14 @@ class Profile:
     cct: CCT
     activities: Activities = field(default_factory=Activities.empty)
     meta: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # file name → its text, as recorded
     path: str = ""
 
     @property
-    def source(self) -> str:
-        """`record` for `dlpt record`, `kineto` for an imported trace."""
+    def collector(self) -> str:
+        """What made the profile: `record` for `dlpt record`, `kineto` for an imported trace,
+        `mixed` for ranks of both merged (stored as `meta["source"]`). Not to be confused with
+        `sources`, the text of the program's files."""
         return str(self.meta.get("source", "kineto"))
 
     def frame_of(self, node: int) -> Frame:
@@ -81,7 +83,7 @@ class Profile:
                      include_library: bool = False) -> pd.DataFrame:
         """The chosen view as a pandas DataFrame, one row per node or group, metrics in
         nanoseconds, bytes and counts (`*_inc` for inclusive)."""
-        from dlpt.tables import view_dataframe
+        from dlpt.interop.tables import view_dataframe
 
         return view_dataframe(self, view=view, by=by, include_library=include_library)
 
@@ -89,12 +91,12 @@ class Profile:
         """The calling-context tree as a hatchet GraphFrame (exclusive metrics as `gpu_time`,
         inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays. The
         default metric is gpu_time, or cpu_time for a profile without GPU activity."""
-        from dlpt.graphframe import to_graphframe
+        from dlpt.interop.graphframe import to_graphframe
 
         return to_graphframe(self, include_library=include_library, metric=metric)
 
     def call_graph(self, include_library: bool = False) -> nx.DiGraph:
         """The function-level caller/callee graph (networkx), metrics on nodes and edges."""
-        from dlpt.callgraph import call_graph
+        from dlpt.interop.callgraph import call_graph
 
         return call_graph(self, include_library=include_library)

@@ -88,10 +88,6 @@ def rank_nodes(profile: Profile) -> list[tuple[int, int]]:
     return out
 
 
-def ranks_of(profile: Profile) -> list[int]:
-    return [r for r, _ in rank_nodes(profile)]
-
-
 def is_multi_rank(profile: Profile) -> bool:
     return len(rank_nodes(profile)) > 1
 

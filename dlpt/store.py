@@ -18,11 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
-import socket
 import sqlite3
-import tempfile
-import zlib
 from typing import Any
 
 import numpy as np
@@ -30,7 +26,8 @@ import numpy as np
 from dlpt.cct import CCT
 from dlpt.errors import DlptError
 from dlpt.frames import Frame
-from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column
+from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column, fmt_bytes
+from dlpt.output import fsync_path, make_temp, new_file_mode, remove_temp_files, unlink_quietly
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
 # 2: activity rows carry `count` (a recording aggregates them); version 1 files read as count 1.
@@ -58,57 +55,9 @@ CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT N
 """
 
 
-# Temporary files are named `.dlpt-<pid>-<host>-<random>.tmp` so that users recognise them and a
-# later save can tell one left by a process that died (kill -9, power loss) from one that a live
-# process is writing: only those of this host whose process is gone are removed.
-_TEMP = re.compile(r"^\.dlpt-(\d+)-([0-9a-f]{8})-[A-Za-z0-9_]+\.tmp$")
 # Refuse to start a recording with less free space than this in the output directory: a nearly
 # full disk is better reported before the program runs than after (DESIGN §5, docs/ROBUSTNESS.md).
 MIN_FREE_BYTES = 1 << 20
-
-
-def _host_tag() -> str:
-    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
-
-
-def _make_temp(directory: str) -> tuple[int, str]:
-    return tempfile.mkstemp(prefix=f".dlpt-{os.getpid()}-{_host_tag()}-", suffix=".tmp", dir=directory)
-
-
-def remove_temp_files(directory: str, pid: int | None = None) -> list[str]:
-    """Remove the temporary files of dead dlpt processes (or of `pid`) in `directory`."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    host = _host_tag()
-    for name in names:
-        m = _TEMP.match(name)
-        if not m or m.group(2) != host:
-            continue
-        owner = int(m.group(1))
-        if pid is not None:
-            if owner != pid:
-                continue
-        elif owner == os.getpid() or _alive(owner):
-            continue
-        try:
-            os.unlink(os.path.join(directory, name))
-            removed.append(name)
-        except OSError:
-            pass
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists, owned by someone else
-        return True
-    return True
 
 
 def _free_bytes(directory: str) -> int | None:
@@ -117,14 +66,6 @@ def _free_bytes(directory: str) -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
-
-
-def _size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.0f} {unit}" if n >= 10 else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def check_output(path: str, force: bool, hint: str = "pass --force to overwrite it") -> None:
@@ -152,15 +93,15 @@ def check_output(path: str, force: bool, hint: str = "pass --force to overwrite 
         raise DlptError(f"{directory}: no such directory for the profile")
     remove_temp_files(directory)
     try:
-        fd, probe = _make_temp(directory)
+        fd, probe = make_temp(directory)
     except OSError as e:
         raise DlptError(f"cannot write in {directory} ({e.strerror or e}); choose another place with -o") from None
     os.close(fd)
-    _unlink(probe)
+    unlink_quietly(probe)
     free = _free_bytes(directory)
     if free is not None and free < MIN_FREE_BYTES:
-        raise DlptError(f"only {_size(free)} free in {directory}; a profile needs at least "
-                        f"{_size(MIN_FREE_BYTES)}: free some space or choose another place with -o")
+        raise DlptError(f"only {fmt_bytes(free)} free in {directory}; a profile needs at least "
+                        f"{fmt_bytes(MIN_FREE_BYTES)}: free some space or choose another place with -o")
 
 
 def save(profile: Profile, path: str, force: bool = True) -> None:
@@ -179,7 +120,7 @@ def save(profile: Profile, path: str, force: bool = True) -> None:
     remove_temp_files(directory)
     tmp = None
     try:
-        fd, tmp = _make_temp(directory)
+        fd, tmp = make_temp(directory)
         try:
             # mkstemp makes the file private (0600); a profile is shared like any output file.
             os.fchmod(fd, new_file_mode())
@@ -191,11 +132,11 @@ def save(profile: Profile, path: str, force: bool = True) -> None:
             con.commit()
         finally:
             con.close()
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
         tmp = None
         try:  # the rename itself survives a crash only once the directory is on disk
-            _fsync(directory)
+            fsync_path(directory)
         except OSError:
             pass  # the profile is in place; a directory that cannot be synced is no error
     except sqlite3.Error as e:
@@ -209,53 +150,13 @@ def save(profile: Profile, path: str, force: bool = True) -> None:
         raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         if tmp is not None:  # failed or interrupted before the rename
-            _unlink(tmp)
+            unlink_quietly(tmp)
 
 
 def _no_space(path: str, directory: str) -> str:
     free = _free_bytes(directory)
-    left = f"; {_size(free)} free in {directory}" if free is not None else ""
+    left = f"; {fmt_bytes(free)} free in {directory}" if free is not None else ""
     return f"cannot write {path}: no space left on the device{left}"
-
-
-def new_file_mode() -> int:
-    """The mode `open(path, "w")` would give a new file: 0666 less the umask (0644 under 022).
-    Atomic writers start from mkstemp's private 0600 and set this before the rename."""
-    return 0o666 & ~_umask()
-
-
-def _umask() -> int:
-    try:  # Linux says it without changing it (os.umask would, for a moment, for all threads)
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _fsync(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EBADF, errno.EROFS):  # not syncable here: fine
-            raise
-    finally:
-        os.close(fd)
-
-
-def _unlink(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
 
 
 def _write(con: sqlite3.Connection, profile: Profile) -> None:
@@ -311,10 +212,14 @@ def load(path: str) -> Profile:
     except DlptError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as e:
-        # Damage inside the file surfaces as whatever the decoding step trips on.
-        raise DlptError(f"{path}: damaged profile ({type(e).__name__}: {e}); record or import it again") from None
+        # Damage that the checks in _read do not name surfaces as whatever decoding trips on.
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
     finally:
         con.close()
+
+
+def _damaged(path: str, what: str) -> DlptError:
+    return DlptError(f"{path}: damaged profile ({what}); record or import it again")
 
 
 def _uri_path(path: str) -> str:
@@ -348,21 +253,21 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         dims = tuple(int(x) for x in shape.split(",") if x)
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
     act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
-    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act)
+    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act, path)
     cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
-        raise ValueError("nodes refer to missing frames")
+        raise _damaged(path, "nodes refer to missing frames")
     par = cct.parent[1:]
     if len(par) and ((par < 0).any() or (par >= np.arange(1, len(cct))).any()):
-        raise ValueError("the tree is not in preorder")
+        raise _damaged(path, "the tree is not in preorder")
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
-        raise ValueError("activities refer to missing nodes")
+        raise _damaged(path, "activities refer to missing nodes")
     sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
     return Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
 
 
 def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], frames: list[Frame],
-                    act: Activities) -> np.ndarray:
+                    act: Activities, path: str) -> np.ndarray:
     """The stored exclusive matrix with its columns in this dlpt's METRICS order, matched by
     name. A metric the file lacks is zero, except comm_time, which older profiles can give
     exactly: it is the time of their collective kernels, and every kernel is in `activity`."""
@@ -370,7 +275,7 @@ def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], fram
     if tuple(names) == METRICS:
         return stored
     if stored.ndim != 2 or stored.shape[1] != len(names):
-        raise ValueError("the metric columns do not match their names")
+        raise _damaged(path, "the metric columns do not match their names")
     out = np.zeros((stored.shape[0], len(METRICS)), dtype=np.int64)
     for j, m in enumerate(names):
         if m in COL:

@@ -10,7 +10,7 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
-from dlpt.frames import Frame, short_path
+from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
 from dlpt.profile import Activities, Profile
 from dlpt.transforms import hide_library
 
@@ -43,7 +43,7 @@ def group_key(frame: Frame, by: str) -> tuple | None:
     if by == "file":
         return (frame.file,) if k == "python" and frame.file else None
     if by == "kernel":
-        return (k, frame.name) if k in ("kernel", "memcpy", "memset") else None
+        return (k, frame.name) if k in ACTIVITY_KINDS else None
     if by == "op":
         return (frame.name,) if k == "op" else None
     raise DlptError(f"unknown grouping {by!r}; choose one of: {', '.join(GROUPINGS)}")

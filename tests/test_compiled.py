@@ -620,7 +620,7 @@ def test_tui_detail_shows_the_whole_fused_kernel():
                 await pilot.pause()
                 if app.outline is not None and app.variant is not None and not app.busy:
                     break
-            src = app.outline.source
+            src = app.outline.rows
             key = next(k for k in range(len(after.cct)) if src.frame(k) == after.frame_of(fused))
             d = build_detail(app.variant, src, key, app.view, app.metric)
             con = Console(width=200, record=True, no_color=True)

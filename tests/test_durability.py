@@ -25,7 +25,8 @@ torch = pytest.importorskip("torch")
 
 import dlpt  # noqa: E402
 from dlpt.errors import DlptError  # noqa: E402
-from dlpt.store import MIN_FREE_BYTES, remove_temp_files  # noqa: E402
+from dlpt.output import remove_temp_files  # noqa: E402
+from dlpt.store import MIN_FREE_BYTES  # noqa: E402
 
 # Generous: a loaded 2-core machine needs several seconds just to import torch.
 START = 240
@@ -359,7 +360,7 @@ def test_api_checks_before_the_block_and_saves_on_sigterm(tmp_path: Path) -> Non
 
 
 def test_stale_temp_files_of_dead_processes_only(tmp_path: Path) -> None:
-    from dlpt.store import _host_tag
+    from dlpt.output import _host_tag
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

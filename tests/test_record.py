@@ -297,7 +297,7 @@ def test_recorded_gpu_profiles(name: str) -> None:
     from dlpt.hotspots import summary
 
     prof = dlpt.load(str(DATA / name))
-    assert prof.source == "record" and prof.meta["gpu"] is True
+    assert prof.collector == "record" and prof.meta["gpu"] is True
     gpu = COL["gpu_time"]
     assert len(prof.activities) > 0
     assert int(prof.cct.exclusive[:, gpu].sum()) == int(prof.activities.duration.sum())

@@ -19,13 +19,14 @@ from textual.widgets import Static
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile, snapshot_sources
+from dlpt.loader import open_profile
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
+from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import FlatSource, Outline, TreeSource, filter_keys
+from dlpt.viewers.tui.model import FlatRows, Outline, TreeRows, filter_keys
 
 GPT = str(trace_path("gpt_train"))
 COPIES = str(trace_path("copies"))
@@ -103,16 +104,16 @@ async def test_views_conserve_totals(gpt: Profile) -> None:
             o = app.outline
             col = COL["gpu_time"]
             # The top-level rows of every view add up to the same total.
-            if o.source.is_tree:
-                totals[view] = int(o.source.primary(o.source.roots(), col).sum())
+            if o.rows.is_tree:
+                totals[view] = int(o.rows.primary(o.rows.roots(), col).sum())
             else:
-                totals[view] = int(o.source.primary(np.arange(len(o.source)), col).sum())
+                totals[view] = int(o.rows.primary(np.arange(len(o.rows)), col).sum())
             assert app.table.total == totals[view]
         assert totals["top-down"] == totals["bottom-up"] == totals["flat"] == gpu_total(gpt)
         # Bottom-up's first level are the frames that did the work: kernels, copies, memsets.
         await pilot.press("2")
         await settle(pilot)
-        kinds = {app.outline.source.frame(int(k)).kind for k in app.outline.keys}
+        kinds = {app.outline.rows.frame(int(k)).kind for k in app.outline.keys}
         assert kinds <= {"kernel", "memcpy", "memset", "unattributed", "op", "python"}
         assert "kernel" in kinds
 
@@ -149,7 +150,7 @@ async def test_expand_hottest_path(gpt: Profile) -> None:
         await pilot.press("e")
         await settle(pilot)
         o, t = app.outline, app.table
-        src = o.source
+        src = o.rows
         key = t.current_key
         assert not src.has_children(key)  # it went all the way down
         col = COL["gpu_time"]
@@ -169,7 +170,7 @@ async def test_search_filters_rows_and_ancestors(gpt: Profile) -> None:
         await settle(pilot)
         assert app.search_text == "MmBackward0"
         o = app.outline
-        src = o.source
+        src = o.rows
         names = app.row_names()
         assert any(n == "MmBackward0" for n in names)
         hit = {int(k) for k in o.keys if "mmbackward0" in src.label(int(k)).casefold()}
@@ -198,7 +199,7 @@ async def test_metric_cycle_resorts(gpt: Profile) -> None:
         assert app.metric == "memset_time"
         o = app.outline
         col = COL["memset_time"]
-        vals = o.source.primary(o.keys, col)
+        vals = o.rows.primary(o.keys, col)
         # Siblings are in descending order of the metric.
         for r in range(len(o) - 1):
             nxt = np.flatnonzero(o.depth[r + 1:] <= o.depth[r])
@@ -242,7 +243,7 @@ async def test_flat_grouping_cycle(gpt: Profile) -> None:
             await pilot.press("g")
             await settle(pilot)
             seen.append(app.by)
-            assert isinstance(app.outline.source, FlatSource)
+            assert isinstance(app.outline.rows, FlatRows)
             assert app.table.total == gpu_total(gpt)
         assert seen == ["function", "file", "kernel", "op"]
         await pilot.press("g", "g", "g")  # op -> line -> function -> file... back to kernel
@@ -264,7 +265,7 @@ async def test_detail_shows_source_with_line_shares(gpt: Profile) -> None:
         await pilot.press("enter", "down")
         await settle(pilot)
         d = app.detail
-        assert d is not None and d.frame.function == "run" and d.source is not None
+        assert d is not None and d.frame.function == "run" and d.file_text is not None
         assert d.lines is not None and d.lines  # per-line totals from the flat-by-line view
         assert sum(int(v[COL["gpu_time"]]) for v in d.lines.values()) <= gpu_total(gpt)
         con = Console(width=100, record=True, no_color=True)
@@ -350,7 +351,7 @@ async def test_names_are_never_markup(monkeypatch) -> None:
 
 
 def test_outline_model_filter_and_reveal(gpt: Profile) -> None:
-    src = TreeSource(gpt)
+    src = TreeRows(gpt)
     o = Outline(src, COL["gpu_time"])
     leaf = int(np.flatnonzero(gpt.cct.exclusive[:, COL["gpu_time"]] > 0)[-1])
     r = o.reveal(leaf)

@@ -15,9 +15,10 @@ from textual.widgets import Footer
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile, snapshot_sources
+from dlpt.loader import open_profile
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
+from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.picker import MetricPicker
@@ -39,8 +40,8 @@ def assert_cursor_on_screen(app: DlptApp) -> None:
     assert top <= t.cursor < top + t.visible_rows(), (t.cursor, top, t.visible_rows())
     o = t.outline
     drawn = visible_strip_text(app, t.cursor - top + 1)
-    frame = o.source.frame(int(o.keys[t.cursor]))
-    expect = f"{os.path.basename(frame.file)}:{frame.line}" if frame.has_source else o.source.label(int(o.keys[t.cursor]))[:8]
+    frame = o.rows.frame(int(o.keys[t.cursor]))
+    expect = f"{os.path.basename(frame.file)}:{frame.line}" if frame.has_source else o.rows.label(int(o.keys[t.cursor]))[:8]
     assert expect in drawn, (expect, drawn)
     # Nothing takes the last line of the table away (a horizontal scrollbar did).
     assert not t.show_horizontal_scrollbar
@@ -60,7 +61,7 @@ async def test_cpu_profile_opens_on_host_time() -> None:
         # The hot path follows real time: every step is the costliest child.
         await pilot.press("e")
         await settle(pilot)
-        src, key = app.outline.source, app.table.current_key
+        src, key = app.outline.rows, app.table.current_key
         assert int(src.primary(np.array([key]), COL["cpu_time"])[0]) > 0
         # `s` steps only through metrics this profile has: with no GPU activity, none of the GPU ones.
         seen = set()
@@ -127,7 +128,7 @@ async def test_80x24_shows_the_keys_and_whole_line_numbers(gpt: Profile) -> None
         top = int(app.table.scroll_offset.y)
         shown = 0
         for r in range(top, min(top + app.table.visible_rows(), len(o))):
-            fr = o.source.frame(int(o.keys[r]))
+            fr = o.rows.frame(int(o.keys[r]))
             if fr.has_source:
                 line = visible_strip_text(app, r - top + 1)
                 assert f"{os.path.basename(fr.file)}:{fr.line} " in line, line
@@ -135,7 +136,7 @@ async def test_80x24_shows_the_keys_and_whole_line_numbers(gpt: Profile) -> None
         await pilot.press("home")
         await settle(pilot)
         for r in range(min(app.table.visible_rows(), len(o))):
-            fr = o.source.frame(int(o.keys[r]))
+            fr = o.rows.frame(int(o.keys[r]))
             if fr.has_source:
                 assert f"{os.path.basename(fr.file)}:{fr.line} " in visible_strip_text(app, r + 1)
                 shown += 1
@@ -153,7 +154,7 @@ async def test_code_beside_the_line_when_the_table_is_wide(gpt: Profile) -> None
         with_code = 0
         for r in range(min(app.table.visible_rows(), len(o))):
             key = int(o.keys[r])
-            fr = o.source.frame(key)
+            fr = o.rows.frame(key)
             if fr.has_source:
                 code = gpt.source_line(fr.file, fr.line)
                 assert code
@@ -171,8 +172,8 @@ async def test_kernel_names_stay_short_in_the_detail_pane(gpt: Profile) -> None:
         await pilot.press("3", "g", "g", "g")  # flat by kernel
         await settle(pilot)
         o = app.outline
-        names = [o.source.frame(int(k)).name for k in o.keys]
-        r = max(range(len(names)), key=lambda i: len(names[i]) if o.source.frame(int(o.keys[i])).kind == "kernel" else 0)
+        names = [o.rows.frame(int(k)).name for k in o.keys]
+        r = max(range(len(names)), key=lambda i: len(names[i]) if o.rows.frame(int(o.keys[i])).kind == "kernel" else 0)
         assert len(names[r]) > 150
         app.table.move_to(r)
         await settle(pilot)
@@ -269,7 +270,7 @@ async def test_hot_path_stops_where_the_row_does_the_work() -> None:
         assert app.metric == "cpu_time"
         await pilot.press("e")
         await settle(pilot)
-        assert app.outline.source.label(app.table.current_key) == "aten::big_op"
+        assert app.outline.rows.label(app.table.current_key) == "aten::big_op"
         assert "aten::empty" not in app.row_names()
         await pilot.press("right")  # it is still there to open
         await settle(pilot)

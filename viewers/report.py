@@ -10,7 +10,7 @@ import numpy as np
 
 from dlpt.frames import Frame
 from dlpt.hotspots import summary
-from dlpt.metrics import COL, METRICS, metric_column, metric_unit
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, metric_column, metric_unit
 from dlpt.profile import Profile
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.views import bottom_up, flat
@@ -47,13 +47,9 @@ def header(profile: Profile, metric: str) -> list[str]:
     tot = cct.exclusive.sum(axis=0)
     gpu = int(tot[COL["gpu_time"]])
     src = profile.meta.get("command") or profile.path or ""
-    kind = "recorded" if profile.source == "record" else "Kineto trace"
+    kind = "recorded" if profile.collector == "record" else "Kineto trace"
     lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.get('command') else str(src))} ({kind})"]
-    parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-             ("DtoD", "dtod_time"), ("memset", "memset_time")]
-    split = " · ".join(f"{n} {fmt_time(tot[COL[m]])}" for n, m in parts if tot[COL[m]])
-    if tot[COL["memcpy_other_time"]]:
-        split += f" · other copies {fmt_time(tot[COL['memcpy_other_time']])}"
+    split = " · ".join(f"{k.label} {fmt_time(tot[COL[k.time]])}" for k in KIND_BREAKDOWN if tot[COL[k.time]])
     lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
     if tot[COL["cpu_time"]]:
         lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
@@ -70,7 +66,7 @@ def header(profile: Profile, metric: str) -> list[str]:
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
     lines += rank_lines(profile, metric)
-    if profile.source == "kineto":
+    if profile.collector == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
     return lines
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable
 
 import numpy as np
 
@@ -14,10 +13,9 @@ from dlpt.collectors.kineto.link import LinkResult, _Columns, link_columns, link
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import collective_mask, exclusive_matrix
 from dlpt.profile import Activities, Profile
+from dlpt.progress import Progress
 from dlpt.transforms import prune_empty
 from dlpt.version import __version__
-
-Progress = Callable[[str, int, int], None]
 
 
 def import_traces(paths: list[str] | str, progress: Progress | None = None) -> Profile:

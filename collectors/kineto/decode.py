@@ -73,29 +73,21 @@ class Trace(_TraceHeader, kw_only=True):
 
 
 # Lenient shapes, for traces that the strict types reject (a string where a number belongs, a
-# null duration, args that are not an object): every field is decoded as whatever it is, and
-# `_clean` turns each event into a strict one, or marks it damaged, by the linker's rules.
-class _LenientArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    seq: Any = msgspec.field(name="Sequence number", default=None)
-    bytes: Any = None
-    device: Any = None
-    stream: Any = None
-    name: Any = None
+# null duration, args that are not an object): the same fields, wire names and defaults as the
+# strict types above, made from them so the trace's shape is written down once, but each field
+# decoded as whatever it is; `_clean` turns each event into a strict one, or marks it damaged,
+# by the linker's rules.
+def _lenient(strict: type[msgspec.Struct], name: str, **types: Any) -> type[msgspec.Struct]:
+    """`strict`'s fields, each typed `Any` unless `types` names its type."""
+    fields = [(f.name, types.get(f.name, Any), msgspec.field(name=f.encode_name, default=f.default))
+              for f in msgspec.structs.fields(strict)]
+    return msgspec.defstruct(name, fields, gc=False)
 
 
-class _LenientEvent(msgspec.Struct, gc=False):
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = 0
-    tid: Any = 0
-    ts: Any = None
-    dur: Any = 0
-    id: Any = None
-    # Raw: args of any shape survive decoding; only those of the events that need them are
-    # decoded, one by one.
-    args: msgspec.Raw = None  # None: the event has no args
+_LenientArgs = _lenient(Args, "_LenientArgs")
+# Raw: args of any shape survive decoding; only those of the events that need them are decoded,
+# one by one. None: the event has no args.
+_LenientEvent = _lenient(Event, "_LenientEvent", args=msgspec.Raw)
 
 
 class _LenientTrace(_TraceHeader, kw_only=True):
@@ -113,7 +105,9 @@ _GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset",
 _DAMAGED = Event(ph="X", cat="cpu_op", ts=None)
 
 
-def _int(x: object, default: int = -1) -> int:
+def as_int(x: object, default: int = -1) -> int:
+    """`x` if it is an int (not a bool), else `default`: how the importer reads an id or number
+    that a damaged trace may hold as anything."""
     return x if isinstance(x, int) and not isinstance(x, bool) else default
 
 
@@ -157,10 +151,10 @@ def _clean(e: _LenientEvent) -> Event | None:
         a = _args(e.args)
         args = None
         if a is not None:
-            args = Args(correlation=_int(a.correlation), seq=_int(a.seq), bytes=_int(a.bytes, 0),
-                        device=_int(a.device), stream=_int(a.stream))
+            args = Args(correlation=as_int(a.correlation), seq=as_int(a.seq), bytes=as_int(a.bytes, 0),
+                        device=as_int(a.device), stream=as_int(a.stream))
         # GPU events read pid/tid only as device/stream numbers; spans use them as a thread key.
-        pid, tid = (e.pid, e.tid) if span else (_int(e.pid), _int(e.tid))
+        pid, tid = (e.pid, e.tid) if span else (as_int(e.pid), as_int(e.tid))
         return Event(ph=ph, cat=cat, name=e.name, pid=pid, tid=tid, ts=e.ts,
                      dur=0 if e.dur is None else e.dur, args=args)
     if (ph == "s" or ph == "f") and cat == "fwdbwd":

@@ -18,20 +18,19 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
-from dlpt.frames import Frame, FrameTable, is_library_file, source_frame
-from dlpt.metrics import KERNEL, MEMSET
+from dlpt.frames import Frame, FrameTable, source_frame
+from dlpt.metrics import ACTIVITY_KIND_INFO
 from dlpt.profile import Profile
+from dlpt.sources import read_source
 
 # Node kinds, as collector.cpp numbers them.
 N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
 LEAF_COLUMNS = 10  # node, kind, name, count, total, min, max, bytes, device, stream
 
-MAX_SOURCE_BYTES = 4 << 20  # a generated or data file this large is not code a user reads
-
 
 def leaf_frame(kind: int, name: str) -> Frame:
     """The frame of a device activity of metric kind `kind` (every copy kind is a "memcpy")."""
-    return Frame("kernel" if kind == KERNEL else "memset" if kind == MEMSET else "memcpy", name)
+    return Frame(ACTIVITY_KIND_INFO[kind].frame, name)
 
 
 class TrieConverter:
@@ -147,20 +146,8 @@ class TrieConverter:
         out: dict[str, str] = {}
         for f in {fr.file for fr in prof.frames if fr.kind == "python" and fr.file}:
             if f not in self._sources:
-                self._sources[f] = _read_source(f)
+                self._sources[f] = read_source(f)
             text = self._sources[f]
             if text is not None:
                 out[f] = text
         return out
-
-
-def _read_source(path: str) -> str | None:
-    if is_library_file(path) or not os.path.isfile(path):
-        return None
-    try:
-        if os.path.getsize(path) > MAX_SOURCE_BYTES:
-            return None
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None

@@ -1,18 +1,12 @@
-"""Options and output handling shared by the subcommands."""
+"""Options shared by the subcommands (their output goes through `dlpt.output.write_output`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
-from collections.abc import Callable
-from typing import TextIO
 
-from dlpt.errors import DlptError
+from dlpt.errors import notice
 from dlpt.metrics import METRICS, default_metric
 from dlpt.profile import Profile
-from dlpt.store import new_file_mode
 
 
 def add_metric(p: argparse.ArgumentParser) -> None:
@@ -29,7 +23,7 @@ def choose_metric(metric: str | None, *profiles: Profile) -> str:
         return metric
     chosen = default_metric(*profiles)
     if chosen == "cpu_time":
-        print("dlpt: no GPU activity in this profile; showing host op time (--metric cpu_time)", file=sys.stderr)
+        notice("no GPU activity in this profile; showing host op time (--metric cpu_time)")
     return chosen
 
 
@@ -68,47 +62,3 @@ def percent(text: str) -> float:
     if not 0 <= v <= 100:
         raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 100")
     return v
-
-
-def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
-    """Write to `path` atomically (temporary file, then rename), or to stdout for None or '-'."""
-    if path in (None, "-"):
-        write(sys.stdout)
-        sys.stdout.flush()
-        return
-    if os.path.exists(path) and not os.path.isfile(path):
-        if os.path.isdir(path):
-            raise DlptError(f"{path} is a directory; give a file name for the output")
-        # A device or a pipe (/dev/null, /dev/stdout, a FIFO): write into it. Renaming a
-        # temporary file over it would replace the device node itself.
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                write(f)
-        except OSError as e:
-            raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise DlptError(f"{directory}: no such directory for {path}")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".dlpt-", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise DlptError(f"cannot write in {directory}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), new_file_mode())  # mkstemp's 0600 would make every output private
-            write(f)
-        os.replace(tmp, path)
-    except OSError as e:
-        _remove(tmp)
-        raise DlptError(f"cannot write {path}: {e.strerror or e}") from None
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _remove(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass

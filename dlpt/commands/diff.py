@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, add_rank, choose_metric, positive_int, write_output
+from dlpt.commands.common import add_library, add_metric, add_rank, choose_metric, positive_int
+from dlpt.output import write_output
 
 EPILOG = """\
 examples:
@@ -41,8 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.diff import diff_json, diff_profiles, render_text
+    from dlpt.diff import diff_json, diff_profiles
     from dlpt.loader import open_profiles
+    from dlpt.viewers.diff import render_text
 
     a = open_profiles([args.before], args.rank)
     b = open_profiles([args.after], args.rank)

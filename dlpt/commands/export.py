@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, positive_int, write_output
+from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, positive_int
+from dlpt.output import write_output
 
 EPILOG = """\
 examples:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 
 EPILOG = """\
 examples:
@@ -33,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.loader import open_profiles, snapshot_sources
+    from dlpt.loader import open_profiles
     from dlpt.progress import progress_for
+    from dlpt.sources import snapshot_sources
     from dlpt.store import save
 
     if os.path.exists(args.output) and not args.force:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     save(prof, args.output, force=args.force)
     n = len(prof.activities)
     skipped = prof.meta.get("skipped_events", 0)
-    print(f"dlpt: saved {args.output} ({n:,} GPU activities, {len(prof.cct):,} nodes)"
-          + (f"; skipped {skipped:,} malformed events" if skipped else ""), file=sys.stderr)
-    print(f"dlpt: view it with: dlpt view {args.output}", file=sys.stderr)
+    notice(f"saved {args.output} ({n:,} GPU activities, {len(prof.cct):,} nodes)"
+           + (f"; skipped {skipped:,} malformed events" if skipped else ""))
+    notice(f"view it with: dlpt view {args.output}")
     return 0

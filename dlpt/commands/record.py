@@ -11,7 +11,7 @@ import traceback
 from types import TracebackType
 from typing import Any
 
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 
 EPILOG = """\
 examples:
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         status, signum = _run_program(rec, mode, target, prog_args, job.terminate, job.finishing)
         if signum is not None:
-            print(f"dlpt: saving what was recorded to {out} (Ctrl-C again to abandon it)", file=sys.stderr)
+            notice(f"saving what was recorded to {out} (Ctrl-C again to abandon it)")
         status = job.save(status, signum)
     except Abandon as a:
         job.abandoned(a.signum)
@@ -155,16 +155,15 @@ class _Job:
         try:
             prof = rec.stop()  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - a bug in dlpt must not take the program's status
-            print(f"dlpt: could not build the profile ({type(e).__name__}: {e}); nothing saved. "
-                  "Please report this with the command line.", file=sys.stderr)
+            notice(f"could not build the profile ({type(e).__name__}: {e}); nothing saved. "
+                   "Please report this with the command line.")
             return failed
         prof.path = self.out
         if not prof.cct.exclusive.any():
             self._discard_snapshot()
             steps = rec.steps  # type: ignore[attr-defined]
             where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""  # type: ignore[attr-defined]
-            print(f"dlpt: nothing recorded: the program ran no PyTorch ops{where}; no profile written",
-                  file=sys.stderr)
+            notice(f"nothing recorded: the program ran no PyTorch ops{where}; no profile written")
             return status
         prof.meta["exit_status"] = status
         if signum is not None:
@@ -173,12 +172,12 @@ class _Job:
             save(prof, self.out, force=True)  # check_output ran before the program: its result is ours
         except DlptError as e:
             kept = f"; {self.out} keeps its previous contents" if self.before else ""
-            print(f"dlpt: the profile could not be saved: {e}{kept}", file=sys.stderr)
+            notice(f"the profile could not be saved: {e}{kept}")
             return failed
         n = int(prof.activities.count.sum())  # type: ignore[union-attr]
-        print(f"dlpt: profile saved to {self.out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
-              f"post-processing {rec.post_seconds:.2f} s)", file=sys.stderr)  # type: ignore[attr-defined]
-        print(f"dlpt: view it with: dlpt view {self.out}", file=sys.stderr)
+        notice(f"profile saved to {self.out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
+               f"post-processing {rec.post_seconds:.2f} s)")  # type: ignore[attr-defined]
+        notice(f"view it with: dlpt view {self.out}")
         return status
 
     def _discard_snapshot(self) -> None:
@@ -191,7 +190,7 @@ class _Job:
                 pass
 
     def abandoned(self, signum: int) -> None:
-        from dlpt.store import remove_temp_files
+        from dlpt.output import remove_temp_files
 
         # The store removes its temporary file as the interrupt passes through it; this also
         # catches one the signal cut off between its creation and the store's cleanup.
@@ -199,12 +198,12 @@ class _Job:
         what = _signal_name(signum)
         now = _identity(self.out)
         if now is not None and now != self.before:
-            print(f"dlpt: {what} after the profile was saved to {self.out}", file=sys.stderr)
+            notice(f"{what} after the profile was saved to {self.out}")
         elif self.before is not None:
-            print(f"dlpt: {what} while saving: the profile was not saved; {self.out} keeps its "
-                  "previous contents", file=sys.stderr)
+            notice(f"{what} while saving: the profile was not saved; {self.out} keeps its "
+                   "previous contents")
         else:
-            print(f"dlpt: {what} while saving: the profile was not saved", file=sys.stderr)
+            notice(f"{what} while saving: the profile was not saved")
 
     def terminate(self, signum: int) -> None:
         """SIGTERM while the program runs: save, then end as the unhandled signal would have.
@@ -220,7 +219,7 @@ class _Job:
             sys.stdout.flush()
         except (OSError, ValueError):
             pass
-        print(f"dlpt: {_signal_name(signum)}: saving what was recorded to {self.out}", file=sys.stderr)
+        notice(f"{_signal_name(signum)}: saving what was recorded to {self.out}")
         self.finishing.install()
         try:
             self.save(128 + signum, signum)
@@ -259,7 +258,7 @@ def _syntax_error(target: str) -> int | None:
         compile(source, target, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         print("".join(traceback.format_exception_only(type(e), e)), end="", file=sys.stderr)
-        print(f"dlpt: {target} does not compile; nothing recorded", file=sys.stderr)
+        notice(f"{target} does not compile; nothing recorded")
         return 1
     except OSError as e:
         raise DlptError(f"{target}: cannot read it ({e.strerror})") from None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, percent, positive_int, write_output
+from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, percent, positive_int
 from dlpt.loader import open_profiles
+from dlpt.output import write_output
 from dlpt.views import GROUPINGS, VIEWS, prepare
 
 EPILOG = """\

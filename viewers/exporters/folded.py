@@ -14,7 +14,7 @@ from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 from dlpt.views import prepare
 
 
@@ -46,7 +46,6 @@ def folded_name(frame: Frame) -> str:
     return frame.label().replace(";", ",").replace("\n", " ").replace("\r", " ")
 
 
-@register
 class FoldedExporter:
     name = "folded"
     suffix = ".folded"

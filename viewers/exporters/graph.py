@@ -1,4 +1,4 @@
-"""`-f dot` and `-f graphml`: the function-level caller/callee graph (`dlpt.callgraph`).
+"""`-f dot` and `-f graphml`: the function-level caller/callee graph (`dlpt.interop.callgraph`).
 
 DOT is written here rather than through pydot: kernel names hold `<>":{}` and `::`, which
 networkx's pydot bridge rejects or mangles, while a DOT quoted string only needs `"` and `\\`
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dlpt.callgraph import call_graph
+from dlpt.interop.callgraph import call_graph
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 from dlpt.viewers.format import fmt_metric, short_kernel_name
 
 if TYPE_CHECKING:
@@ -66,7 +66,6 @@ def write_dot(g: nx.DiGraph, out: TextIO, metric: str = "gpu_time") -> None:
     out.write("}\n")
 
 
-@register
 class DotExporter:
     name = "dot"
     suffix = ".dot"
@@ -76,7 +75,6 @@ class DotExporter:
         write_dot(call_graph(profile, options.include_library), out, options.metric_for(profile))
 
 
-@register
 class GraphMLExporter:
     name = "graphml"
     suffix = ".graphml"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from dlpt.graphframe import to_literal
+from dlpt.interop.graphframe import to_literal
 from dlpt.profile import Profile
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 
 
-@register
 class HatchetExporter:
     name = "hatchet"
     suffix = ".hatchet.json"

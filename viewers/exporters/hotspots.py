@@ -7,10 +7,9 @@ from typing import TextIO
 
 from dlpt.hotspots import hotspots
 from dlpt.profile import Profile
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 
 
-@register
 class HotspotsExporter:
     name = "hotspots"
     suffix = ".hotspots.json"

@@ -17,7 +17,7 @@ from dlpt.frames import Frame
 from dlpt.metrics import BYTE_METRICS, TIME_METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.version import __version__
-from dlpt.viewers.exporters import ExportOptions, register
+from dlpt.viewers.exporters.base import ExportOptions
 from dlpt.viewers.exporters.folded import weighted_stacks
 from dlpt.views import prepare
 
@@ -114,7 +114,6 @@ def speedscope_document(profile: Profile, metric: str | None = None,
             "activeProfileIndex": 0, "exporter": f"dlpt {__version__}"}
 
 
-@register
 class SpeedscopeExporter:
     name = "speedscope"
     suffix = ".speedscope.json"

@@ -18,20 +18,18 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from dlpt.commands.common import write_output
 from dlpt.errors import DlptError
-from dlpt.metrics import COL, METRICS, default_metric
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
+from dlpt.output import write_output
 from dlpt.profile import Profile
-from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
+from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import METRIC_CYCLE, FlatSource, Outline, Source, TreeSource, bottom_up_source, filter_keys
+from dlpt.viewers.tui.model import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows, filter_keys
 from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat, prepare
-
-VIEW_KEYS = {"1": "top-down", "2": "bottom-up", "3": "flat"}
 
 
 def export_path(profile_path: str) -> str:
@@ -73,6 +71,7 @@ class DlptApp(App[int]):
         Binding("d", "toggle_detail", "detail", show=False),
         Binding("escape", "clear_search", "clear", show=False),
     ]
+    VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if b.action.startswith("view(")]
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
                  include_library: bool = False, metric: str | None = None, rank: int | None = None) -> None:
@@ -155,7 +154,7 @@ class DlptApp(App[int]):
     def _variant_job(self, include_library: bool) -> Variant:
         assert self.base is not None
         prof = prepare(self.base, include_library)
-        src = TreeSource(prof, "top-down")
+        src = TreeRows(prof, "top-down")
         # Build the cached arrays here, off the UI thread: subtree ends, child index, one prefix sum.
         prof.cct.children(0)
         _ = prof.cct.end
@@ -197,7 +196,7 @@ class DlptApp(App[int]):
     def _outline_key(self) -> tuple:
         return (self.include_library, self.view, self.by if self.view == "flat" else "")
 
-    def _source(self, v: Variant) -> Source | None:
+    def _source(self, v: Variant) -> Rows | None:
         if self.view == "top-down":
             return v.top_down
         if self.view == "bottom-up":
@@ -220,7 +219,7 @@ class DlptApp(App[int]):
         if src is None:
             view, by, prof = self.view, self.by, v.profile
             self._set_busy(f"building the {view} view")
-            job = (lambda: bottom_up_source(prof)) if view == "bottom-up" else (lambda: FlatSource(prof, by))
+            job = (lambda: bottom_up_rows(prof)) if view == "bottom-up" else (lambda: FlatRows(prof, by))
             self._background(job, lambda s: self._source_ready(v, view, by, s))
             return
         key = self._outline_key()
@@ -256,7 +255,7 @@ class DlptApp(App[int]):
         self._set_busy("")
         self._show()
 
-    def _source_ready(self, v: Variant, view: str, by: str, src: Source) -> None:
+    def _source_ready(self, v: Variant, view: str, by: str, src: Rows) -> None:
         if view == "bottom-up":
             v.bottom_up = src  # type: ignore[assignment]
         else:
@@ -279,23 +278,21 @@ class DlptApp(App[int]):
             t.append("  loading…", style="italic")
             header.update(t)
             return
-        kind = "recorded" if prof.source == "record" else "Kineto trace"
+        kind = "recorded" if prof.collector == "record" else "Kineto trace"
         t.append("dlpt · ", style="bold")
         t.append(program_name(prof), style="bold")
         t.append(f" ({kind}) · {device_names(prof)}\n")
         tot = kind_totals(prof)
         if tot["gpu_time"]:
             t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
-            parts = [("kernels", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                     ("DtoD", "dtod_time"), ("memset", "memset_time"), ("other copies", "memcpy_other_time")]
-            t.append(": " + " · ".join(f"{n} {fmt_time(tot[m])}" for n, m in parts if tot[m]))
+            t.append(": " + " · ".join(f"{k.label} {fmt_time(tot[k.time])}" for k in KIND_BREAKDOWN if tot[k.time]))
         else:
             t.append("no GPU activity in this profile", style="bold")
         if tot["cpu_time"]:
             t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
         # The views as tabs with their keys, the current one highlighted.
-        for key, view in VIEW_KEYS.items():
+        for key, view in self.VIEW_KEYS:
             name = f"flat by {self.by}" if view == "flat" else view
             t.append(f" {key} {name} ", style="reverse bold" if view == self.view else "dim")
         t.append(f"  metric {self.metric} · library {'shown' if self.include_library else 'hidden'}")
@@ -322,8 +319,8 @@ class DlptApp(App[int]):
             body.update(Text(""))
             self.detail = None
             return
-        self.detail = d = build_detail(v, o.source, key, self.view, self.metric)
-        if d.frame.has_source and d.source is not None and v.by_line is None:
+        self.detail = d = build_detail(v, o.rows, key, self.view, self.metric)
+        if d.frame.has_source and d.file_text is not None and v.by_line is None:
             prof = v.profile
 
             def job() -> FlatView:
@@ -471,13 +468,10 @@ class DlptApp(App[int]):
 
         self._background(job, done)
 
-    def format_value(self, v: int) -> str:
-        return fmt_metric(self.metric, v)
-
     def row_names(self) -> list[str]:
         """The names of the visible rows, in order (for tests and scripting)."""
         o = self.outline
-        return [] if o is None else [o.source.label(int(k)) for k in o.keys]
+        return [] if o is None else [o.rows.label(int(k)) for k in o.keys]
 
 
 def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,

@@ -12,10 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from dlpt.frames import FUSED_PREFIX, Frame, is_library, short_path
-from dlpt.metrics import COL
+from dlpt.metrics import COL, KIND_BREAKDOWN
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
-from dlpt.viewers.tui.model import FlatSource, Source, TreeSource
+from dlpt.viewers.tui.model import FlatRows, Rows, TreeRows
 from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, Variant, line_totals
 
 BEFORE, AFTER = 2, 3  # source lines shown around the selected one: the pane is short at 80x24
@@ -34,34 +34,32 @@ class Detail:
     total: int
     breakdown: dict[str, int]
     path: list[str]
-    source: str | None = None  # the file's text, when the profile holds it
+    file_text: str | None = None  # the text of the frame's file, when the profile holds it
     lines: dict[int, np.ndarray] | None = None  # per-line metrics of the file (flat by line)
     activities: list[ActivityRow] | None = None
     note: str = ""
 
 
-def build_detail(v: Variant, src: Source, key: int, view: str, metric: str) -> Detail:
+def build_detail(v: Variant, src: Rows, key: int, view: str, metric: str) -> Detail:
     """What the pane shows for row `key` of `src` (a view of the variant `v`)."""
     col = COL[metric]
     k1 = np.array([key])
     frame = src.frame(key)
-    kinds = {"kernels": "kernel_time", "HtoD": "htod_time", "DtoH": "dtoh_time", "DtoD": "dtod_time",
-             "memset": "memset_time"}
-    breakdown = {n: int(src.kind_values(k1, COL[m])[0]) for n, m in kinds.items()}
+    breakdown = {k.label: int(src.kind_values(k1, COL[k.time])[0]) for k in KIND_BREAKDOWN}
     note = ""
     activities = None
-    if isinstance(src, TreeSource) and src.name == "top-down":
+    if isinstance(src, TreeRows) and src.name == "top-down":
         path = [src.label(int(i)) for i in src.cct.path(key)]
         if v.activities is None:
             v.activities = ActivityIndex(v.profile)
         activities = v.activities.beneath(key, int(src.cct.end[key]))
         # A compiled kernel shared between lines: its full time and every line it spans.
         note = fused_note(src.profile, key, metric)
-    elif isinstance(src, TreeSource):
+    elif isinstance(src, TreeRows):
         path = [src.label(int(i)) for i in src.cct.path(key)]
         note = "bottom-up: the path reads from the frame that did the work out to its outermost caller"
     else:
-        assert isinstance(src, FlatSource)
+        assert isinstance(src, FlatRows)
         node = int(src.view.node[key])
         path = [v.top_down.label(int(i)) for i in v.profile.cct.path(node)] if node > 0 else []
         note = "call path: the group's costliest occurrence"
@@ -77,7 +75,7 @@ def build_detail(v: Variant, src: Source, key: int, view: str, metric: str) -> D
     return Detail(frame=frame, view=view, metric=metric,
                   primary=(src.primary_name, int(src.primary(k1, col)[0])),
                   secondary=(src.secondary_name, int(src.secondary(k1, col)[0])),
-                  total=src.total(col), breakdown=breakdown, path=path, source=text, lines=lines,
+                  total=src.total(col), breakdown=breakdown, path=path, file_text=text, lines=lines,
                   activities=activities, note=note)
 
 
@@ -128,9 +126,9 @@ def render_detail(d: Detail) -> RenderableType:
 
 def _source(d: Detail) -> RenderableType:
     fr = d.frame
-    if d.source is None:
+    if d.file_text is None:
         return Text(f"(source of {safe_text(fr.file)} is not in the profile)", style="dim")
-    lines = d.source.splitlines()
+    lines = d.file_text.splitlines()
     lo, hi = max(fr.line - BEFORE, 1), min(fr.line + AFTER, len(lines))
     col = COL[d.metric]
     total = d.total

@@ -16,6 +16,7 @@ import numpy as np
 from rich.cells import cell_len, set_cell_size
 
 from dlpt.frames import Frame
+from dlpt.metrics import KIND_BREAKDOWN
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
 from dlpt.views import FlatView, bottom_up, flat
@@ -26,9 +27,8 @@ METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time"
 
 # Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
 # out so that narrow terminals keep room for names.
-KIND_COLUMNS = (("kernel", "kernel_time"), ("HtoD", "htod_time"), ("DtoH", "dtoh_time"),
-                ("DtoD", "dtod_time"), ("memset", "memset_time"), ("#kern", "kernel_count"),
-                ("#copy", "copy_count"))
+KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k.time != "memcpy_other_time"),
+                ("#kern", "kernel_count"), ("#copy", "copy_count"))
 
 
 
@@ -60,7 +60,7 @@ def fit_label(frame: Frame, label: str, width: int) -> str:
     return set_cell_size(label, width - 1) + "…"
 
 
-class Source:
+class Rows:
     """One view's rows: keys are CCT nodes (trees) or groups (flat). `primary` is what the bar
     and the sort use (inclusive in trees, self in flat); `secondary` the other of the two."""
 
@@ -126,7 +126,7 @@ class Source:
         return [key]
 
 
-class TreeSource(Source):
+class TreeRows(Rows):
     """Top-down or bottom-up: the rows are the nodes of a CCT, the root itself hidden."""
 
     def __init__(self, profile: Profile, name: str = "top-down") -> None:
@@ -186,7 +186,7 @@ class TreeSource(Source):
         return self.cct.path(key)
 
 
-class FlatSource(Source):
+class FlatRows(Rows):
     """The flat view: one row per group (line, function, file, kernel, op), no children."""
 
     is_tree = False
@@ -251,8 +251,8 @@ class FlatSource(Source):
         return np.flatnonzero(self.view.exclusive.any(axis=1) | self.view.inclusive.any(axis=1))
 
 
-def bottom_up_source(profile: Profile) -> TreeSource:
-    return TreeSource(bottom_up(profile), "bottom-up")
+def bottom_up_rows(profile: Profile) -> TreeRows:
+    return TreeRows(bottom_up(profile), "bottom-up")
 
 
 def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
@@ -262,9 +262,9 @@ def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
                        dtype=bool, count=len(frames))
 
 
-def filter_keys(source: Source, query: str) -> np.ndarray:
-    """A mask over the source's keys: rows whose name contains `query`, and their ancestors."""
-    if isinstance(source, TreeSource):
+def filter_keys(source: Rows, query: str) -> np.ndarray:
+    """A mask over the rows' keys: rows whose name contains `query`, and their ancestors."""
+    if isinstance(source, TreeRows):
         cct = source.cct
         hit = matching_frames(source.profile.frames, query)[cct.frame]
         hit[0] = False
@@ -290,7 +290,7 @@ class Outline:
     children. Only expanded keys have their children in the list, so a million-node tree costs
     only what is on screen and what the user opened. `keep` restricts rows to a search filter."""
 
-    source: Source
+    rows: Rows
     col: int
     expanded: set[int] = field(default_factory=set)
     keep: np.ndarray | None = None
@@ -305,16 +305,16 @@ class Outline:
 
     def sorted_children(self, key: int | None) -> np.ndarray:
         """Children of `key` (None: the top level), biggest first under the current metric."""
-        kids = self.source.roots() if key is None else self.source.children(key)
+        kids = self.rows.roots() if key is None else self.rows.children(key)
         if self.keep is not None and len(kids):
             kids = kids[self.keep[kids]]
         if len(kids) > 1:
-            vals = self.source.primary(kids, self.col)
+            vals = self.rows.primary(kids, self.col)
             kids = kids[np.argsort(-vals, kind="stable")]
         return kids
 
     def expandable(self, key: int) -> bool:
-        if not self.source.is_tree or not self.source.has_children(key):
+        if not self.rows.is_tree or not self.rows.has_children(key):
             return False
         if self.keep is None:
             return True
@@ -356,7 +356,7 @@ class Outline:
         self.keep = keep
         self.expanded = set()
         self.rebuild()
-        if keep is None or not self.source.is_tree:
+        if keep is None or not self.rows.is_tree:
             return
         r = 0
         while r < len(self.keys) and len(self.keys) < expand_limit:
@@ -413,7 +413,7 @@ class Outline:
         r = self.row_of(key)
         if r >= 0:
             return r
-        for a in self.source.ancestors(key)[:-1]:
+        for a in self.rows.ancestors(key)[:-1]:
             ra = self.row_of(a)
             if ra < 0:
                 return -1
@@ -428,7 +428,7 @@ class Outline:
         of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`."""
         if r < 0 or r >= len(self.keys):
             return r
-        src = self.source
+        src = self.rows
         while self.expandable(int(self.keys[r])):
             key = np.array([int(self.keys[r])])
             kids = self.sorted_children(int(key[0]))  # sorted, so the first is the hottest

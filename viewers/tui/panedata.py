@@ -9,14 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlpt.metrics import COL, DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
+from dlpt.metrics import ACTIVITY_KIND_INFO, COL, METRICS
 from dlpt.profile import Activities, Profile
 from dlpt.viewers.format import safe_text
-from dlpt.viewers.tui.model import FlatSource, TreeSource
+from dlpt.viewers.tui.model import FlatRows, TreeRows
 from dlpt.views import FlatView
-
-ACTIVITY_KIND_LABEL = {KERNEL: "kernel", HTOD: "HtoD", DTOH: "DtoH", DTOD: "DtoD",
-                       MEMCPY_OTHER: "memcpy", MEMSET: "memset"}
 
 
 def activity_counts(acts: Activities) -> np.ndarray:
@@ -32,9 +29,9 @@ class Variant:
     on first use and kept, so switching back is instant."""
 
     profile: Profile
-    top_down: TreeSource
-    bottom_up: TreeSource | None = None
-    flats: dict[str, FlatSource] = field(default_factory=dict)
+    top_down: TreeRows
+    bottom_up: TreeRows | None = None
+    flats: dict[str, FlatRows] = field(default_factory=dict)
     by_line: FlatView | None = None
     activities: ActivityIndex | None = None
 
@@ -73,7 +70,7 @@ class ActivityIndex:
         out = []
         for g in np.argsort(-t, kind="stable")[:top].tolist():
             k = int(uniq[g])
-            out.append(ActivityRow(ACTIVITY_KIND_LABEL.get(k % 8, "?"), self.profile.frames[k // 8].name,
+            out.append(ActivityRow(ACTIVITY_KIND_INFO[k % 8].short if k % 8 < len(ACTIVITY_KIND_INFO) else "?", self.profile.frames[k // 8].name,
                                    int(c[g]), int(t[g]), int(b[g])))
         return out
 
@@ -122,6 +119,4 @@ def device_names(profile: Profile) -> str:
 
 def kind_totals(profile: Profile) -> dict[str, int]:
     tot = profile.cct.exclusive.sum(axis=0)
-    return {m: int(tot[COL[m]]) for m in ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time",
-                                          "memcpy_other_time", "memset_time", "cpu_time", "kernel_count",
-                                          "copy_count")}
+    return {m: int(tot[COL[m]]) for m in METRICS}

@@ -84,7 +84,7 @@ class TreeTable(ScrollView, can_focus=True):
         """Show an outline; keep the cursor on `key` when it is visible."""
         self.outline = outline
         self.metric = metric
-        self.total = outline.source.total(COL[metric])
+        self.total = outline.rows.total(COL[metric])
         self._col_width = 0
         r = outline.row_of(key) if key is not None else -1
         self.cursor = max(r, 0)
@@ -123,7 +123,7 @@ class TreeTable(ScrollView, can_focus=True):
         """(header, metric or role, width) of the value columns that fit beside the names."""
         if self._col_width == width and self._columns:
             return self._columns
-        src = self.outline.source if self.outline is not None else None
+        src = self.outline.rows if self.outline is not None else None
         cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
                                             (src.secondary_name if src else "self", "secondary", VALUE_W)]
         # Several ranks, flat view: each row's spread over the ranks, before the per-kind columns.
@@ -173,7 +173,7 @@ class TreeTable(ScrollView, can_focus=True):
     def _row_segments(self, r: int, cols: list[tuple[str, str, int]], name_w: int, width: int) -> list[Segment]:
         o = self.outline
         assert o is not None
-        src = o.source
+        src = o.rows
         key = int(o.keys[r])
         k1 = np.array([key])
         col = COL[self.metric]
@@ -312,7 +312,7 @@ class TreeTable(ScrollView, can_focus=True):
         if r >= len(o):
             return
         self.move_to(r)
-        indent = self._indent_unit(self._name_width()) * min(int(o.depth[r]), 30) if o.source.is_tree else 0
+        indent = self._indent_unit(self._name_width()) * min(int(o.depth[r]), 30) if o.rows.is_tree else 0
         # A double click, or a click on the ▸/▾ mark, opens or closes the row.
         if event.chain >= 2 or indent <= event.x + int(self.scroll_offset.x) < indent + 2:
             self.action_toggle()

@@ -16,9 +16,6 @@ if TYPE_CHECKING:
 
     from dlpt.profile import Profile
 
-FRAME_COLUMNS = ("name", "kind", "file", "line", "function")
-
-
 def frame_columns(profile: Profile) -> dict[str, np.ndarray]:
     """Per-frame-id attribute arrays (`name` is the frame's display label), so node tables are
     one fancy-index per column instead of a Python loop per node."""

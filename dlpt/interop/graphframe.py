@@ -102,7 +102,7 @@ def to_graphframe(profile: Profile, include_library: bool = False,
     df = pd.DataFrame(data).set_index("node")
     return GraphFrame(graph, df, exc_metrics=list(EXC_METRICS), inc_metrics=list(INC_METRICS),
                       default_metric=f"{metric} (inc)",
-                      metadata={"dlpt_source": prof.source, "dlpt_path": prof.path})
+                      metadata={"dlpt_source": prof.collector, "dlpt_path": prof.path})
 
 
 def to_literal(profile: Profile, include_library: bool = False) -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ def call_graph(profile: Profile, include_library: bool = False) -> nx.DiGraph:
     prof = prepare(profile, include_library)
     cct = prof.cct
     n = len(cct)
-    def_lines = prof.source == "kineto"
+    def_lines = prof.collector == "kineto"
     # Function id of every frame, then of every node.
     fkeys: dict[tuple[str, str, str], int] = {}
     reps: list[Frame] = []

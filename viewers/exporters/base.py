@@ -1,0 +1,28 @@
+"""What every exporter is: a class with a format name, a file suffix, a description and an
+`export(profile, out, options)` that writes the profile to a text stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, TextIO
+
+from dlpt.metrics import default_metric
+from dlpt.profile import Profile
+
+
+@dataclass
+class ExportOptions:
+    metric: str | None = None  # None: the profile's default (gpu_time, or cpu_time without a GPU)
+    top: int = 20
+    include_library: bool = False
+
+    def metric_for(self, profile: Profile) -> str:
+        return self.metric or default_metric(profile)
+
+
+class Exporter(Protocol):
+    name: ClassVar[str]
+    suffix: ClassVar[str]
+    description: ClassVar[str]
+
+    def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None: ...
