@@ -44,9 +44,10 @@ def line_of(tmp: Path, name: str, marker: str) -> int:
 
 def lines_with_time(prof: dlpt.Profile, file_name: str) -> dict[int, int]:
     """Inclusive cpu_time of each source line of `file_name`, innermost frame on each path."""
-    from dlpt.views import flat, prepare
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
 
-    fv = flat(prepare(prof, False), "line")
+    fv = flat(hide_library_unless(prof, False), "line")
     return {fr.line: int(fv.exclusive[g, CPU]) for g, fr in enumerate(fv.frame)
             if fr.kind == "python" and os.path.basename(fr.file) == file_name}
 

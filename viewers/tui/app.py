@@ -22,6 +22,7 @@ from dlpt.commands.common import write_output
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS, default_metric
 from dlpt.profile import Profile
+from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_metric, fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
@@ -29,7 +30,7 @@ from dlpt.viewers.tui.model import METRIC_CYCLE, FlatSource, Outline, Source, Tr
 from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
-from dlpt.views import GROUPINGS, FlatView, flat, prepare
+from dlpt.views import GROUPINGS, FlatView, flat
 
 VIEW_KEYS = {"1": "top-down", "2": "bottom-up", "3": "flat"}
 
@@ -154,7 +155,7 @@ class DlptApp(App[int]):
 
     def _variant_job(self, include_library: bool) -> Variant:
         assert self.base is not None
-        prof = prepare(self.base, include_library)
+        prof = hide_library_unless(self.base, include_library)
         src = TreeSource(prof, "top-down")
         # Build the cached arrays here, off the UI thread: subtree ends, child index, one prefix sum.
         prof.cct.children(0)
