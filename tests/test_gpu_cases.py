@@ -57,7 +57,7 @@ def test_everything_at_a_source_line(program):
     s = summary(prof)
     assert s["gpu_time"] > 0 and s["unattributed"] == {}
     assert s["attributed_to_source"] == s["gpu_time"]
-    assert prof.cct.exclusive[:, COL["gpu_time"]].sum() == prof.activities.duration.sum()
+    # That the tree's metrics are the activities' is recomputed row by row in test_oracles.py.
 
 
 def test_each_copy_on_its_own_line():
