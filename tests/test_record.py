@@ -18,8 +18,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import dlpt  # noqa: E402
-from dlpt.commands.record import parse_program  # noqa: E402
-from dlpt.errors import DlptError  # noqa: E402
 from dlpt.metrics import COL  # noqa: E402
 
 CPU = COL["cpu_time"]
@@ -276,17 +274,6 @@ def test_python_api_profile_and_step(tmp_path: Path) -> None:
     full = [i for i in range(len(prof.cct)) if prof.frame_of(i).name == "aten::full"]
     assert len(full) == 1
     dlpt.step()  # outside a recording: nothing happens
-
-
-def test_parse_program_forms() -> None:
-    assert parse_program(None, ["--", "python", "t.py", "-m", "z"]) == ("script", "t.py", ["-m", "z"])
-    assert parse_program(None, ["python3", "-m", "pkg.mod", "--x"]) == ("module", "pkg.mod", ["--x"])
-    assert parse_program(["pkg.mod", "--lr", "1"], []) == ("module", "pkg.mod", ["--lr", "1"])
-    assert parse_program(None, ["t.py"]) == ("script", "t.py", [])
-    with pytest.raises(DlptError):
-        parse_program(None, [])
-    with pytest.raises(DlptError):
-        parse_program(None, ["python"])
 
 
 def test_profiler_log_lines_stay_off_the_programs_stderr(tmp_path: Path) -> None:
