@@ -221,7 +221,7 @@ class _Columns:
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(kind, thread, start, end, sequence number) of all spans."""
         def cat(parts: list[np.ndarray]) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
