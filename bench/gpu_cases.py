@@ -32,7 +32,8 @@ def main() -> None:
     import dlpt
     from dlpt.hotspots import summary
     from dlpt.metrics import COL
-    from dlpt.views import flat, prepare
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
 
     os.makedirs(OUT, exist_ok=True)
     results = {}
@@ -47,7 +48,7 @@ def main() -> None:
             print(name, "FAILED", r.stderr[-2000:], flush=True)
             continue
         prof = dlpt.load(out)
-        view = prepare(prof, False)
+        view = hide_library_unless(prof, False)
         s = summary(view)
         fv = flat(view, "line")
         marks = case_lines(src)

@@ -97,9 +97,10 @@ def record(out: str, program: list[str], cwd: str, steps: str = "") -> tuple[obj
 def line_shares(prof: object, model_file: str | None) -> dict:
     """GPU time per source line (library frames hidden) and the shares the issue asks for."""
     from dlpt.metrics import COL
-    from dlpt.views import flat, prepare
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
 
-    fv = flat(prepare(prof, False), "line")
+    fv = flat(hide_library_unless(prof, False), "line")
     col = COL[METRIC]
     total = int(prof.cct.inclusive[0, col])  # type: ignore[attr-defined]
     rows = []

@@ -42,9 +42,10 @@ def record(out: str, *program: str) -> float:
 
 def per_line_gpu(prof) -> dict[tuple[str, int], int]:
     from dlpt.metrics import COL
-    from dlpt.views import flat, prepare
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
 
-    fv = flat(prepare(prof, False), "line")
+    fv = flat(hide_library_unless(prof, False), "line")
     out: dict[tuple[str, int], int] = {}
     for g, fr in enumerate(fv.frame):
         if fr.kind == "python" and fr.file:

@@ -19,7 +19,8 @@ import numpy as np
 from dlpt.frames import Frame, short_kernel_name, short_path
 from dlpt.metrics import COL, METRICS, default_metric, metric_column, metric_unit
 from dlpt.profile import Profile
-from dlpt.views import GROUPINGS, check_view, flat, prepare
+from dlpt.transforms import hide_library_unless
+from dlpt.views import GROUPINGS, check_view, flat
 
 SCHEMA = "dlpt.diff/1"
 
@@ -193,7 +194,7 @@ def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None =
     check_view("flat", by)
     metric = metric or default_metric(a, b)
     col = metric_column(metric)
-    pa, pb = prepare(a, include_library), prepare(b, include_library)
+    pa, pb = hide_library_unless(a, include_library), hide_library_unless(b, include_library)
     ea, eb = entries(pa, by), entries(pb, by)
     rows = []
     for i, j, how in match(ea, eb, by):

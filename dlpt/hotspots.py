@@ -11,8 +11,8 @@ from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
 from dlpt.ranks import is_multi_rank, per_rank_groups
-from dlpt.transforms import propagate_down
-from dlpt.views import flat, prepare
+from dlpt.transforms import hide_library_unless, propagate_down
+from dlpt.views import flat
 
 SCHEMA = "dlpt.hotspots/1"
 
@@ -110,7 +110,7 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`)."""
     metric = metric or default_metric(profile)
     col = metric_column(metric)
-    view = prepare(profile, include_library)
+    view = hide_library_unless(profile, include_library)
     cct = view.cct
     fv = flat(view, "line")
     total = int(cct.exclusive[:, col].sum())

@@ -198,8 +198,9 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
        kernels for the GPU metrics, collective ops' host time for cpu_time);
     2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
        other ranks); S is the straggler when excess >= STRAGGLER_MIN_SHARE * compute(S);
-    3. the straggler line is the source line (flat view by line, library frames as prepared)
-       whose compute on S exceeds its compute on every other rank by the most;
+    3. the straggler line is the source line (flat view by line, library frames hidden or not
+       by `hide_library_unless`) whose compute on S exceeds its compute on every other rank by
+       the most;
     4. wait = median(communication of the other ranks) - communication(S): how much longer the
        fast ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE *
        excess (None when no rank communicated in this metric).

@@ -92,6 +92,12 @@ def hide_library(profile: Profile) -> Profile:
     return collapse(profile, library_mask(profile))
 
 
+def hide_library_unless(profile: Profile, include_library: bool) -> Profile:
+    """`hide_library`, unless the user asked to see library frames (`--include-library`): the
+    one switch every view, export and report goes through."""
+    return profile if include_library else hide_library(profile)
+
+
 def focus(profile: Profile, node: int) -> Profile:
     """The subtree of `node` as a tree of its own (its ancestors become the root's place)."""
     cct = profile.cct

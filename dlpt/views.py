@@ -12,7 +12,6 @@ from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
 from dlpt.profile import Activities, Profile
-from dlpt.transforms import hide_library
 
 VIEWS = ("top-down", "bottom-up", "flat")
 GROUPINGS = ("line", "function", "file", "kernel", "op")
@@ -25,10 +24,6 @@ def check_view(view: str, by: str = "line") -> None:
         raise DlptError(f"unknown view {view!r}; choose one of: {', '.join(VIEWS)}")
     if by not in GROUPINGS:
         raise DlptError(f"unknown grouping {by!r}; choose one of: {', '.join(GROUPINGS)}")
-
-
-def prepare(profile: Profile, include_library: bool = False) -> Profile:
-    return profile if include_library else hide_library(profile)
 
 
 def group_key(frame: Frame, by: str) -> tuple | None:

@@ -9,6 +9,9 @@ import sys
 import pytest
 from conftest import TRACE_NAMES, trace_path
 
+from dlpt.commands.record import parse_program
+from dlpt.errors import DlptError
+
 
 def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, cwd=cwd,
@@ -161,3 +164,15 @@ def test_directory_prefers_profiler_trace_files(tmp_path):
     r = dlpt("report", str(tmp_path), "--format", "json", "--view", "flat", "--by", "kernel")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["gpu_time"] > 0
+
+
+# Moved from test_record.py, whose module needs torch: parsing the command line needs none.
+def test_parse_program_forms() -> None:
+    assert parse_program(None, ["--", "python", "t.py", "-m", "z"]) == ("script", "t.py", ["-m", "z"])
+    assert parse_program(None, ["python3", "-m", "pkg.mod", "--x"]) == ("module", "pkg.mod", ["--x"])
+    assert parse_program(["pkg.mod", "--lr", "1"], []) == ("module", "pkg.mod", ["--lr", "1"])
+    assert parse_program(None, ["t.py"]) == ("script", "t.py", [])
+    with pytest.raises(DlptError):
+        parse_program(None, [])
+    with pytest.raises(DlptError):
+        parse_program(None, ["python"])

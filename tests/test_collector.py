@@ -46,9 +46,10 @@ def marked_lines(tmp: Path, name: str = "prog.py") -> dict[str, int]:
 
 def line_owners(prof: dlpt.Profile, file_name: str) -> dict[int, int]:
     """cpu_time each line of `file_name` owns (flat by line: innermost source line of a path)."""
-    from dlpt.views import flat, prepare
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
 
-    fv = flat(prepare(prof, False), "line")
+    fv = flat(hide_library_unless(prof, False), "line")
     return {fr.line: int(fv.exclusive[g, CPU]) for g, fr in enumerate(fv.frame)
             if fr.kind == "python" and os.path.basename(fr.file) == file_name}
 

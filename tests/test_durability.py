@@ -25,7 +25,6 @@ torch = pytest.importorskip("torch")
 
 import dlpt  # noqa: E402
 from dlpt.errors import DlptError  # noqa: E402
-from dlpt.output import remove_temp_files  # noqa: E402
 from dlpt.store import MIN_FREE_BYTES  # noqa: E402
 
 # Generous: a loaded 2-core machine needs several seconds just to import torch.
@@ -357,30 +356,3 @@ def test_api_checks_before_the_block_and_saves_on_sigterm(tmp_path: Path) -> Non
     _, err = p.communicate(timeout=START)
     assert p.returncode == -signal.SIGTERM and "SIGTERM: profile saved to api.dlpt" in err, err
     assert dlpt.load(str(tmp_path / "api.dlpt")).cct.inclusive[0].sum() > 0
-
-
-def test_stale_temp_files_of_dead_processes_only(tmp_path: Path) -> None:
-    from dlpt.output import _host_tag
-
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    host = _host_tag()
-    names = {"dead": f".dlpt-{dead.pid}-{host}-abc123.tmp", "live": f".dlpt-1-{host}-abc123.tmp",
-             "other_host": f".dlpt-{dead.pid}-00000000-abc123.tmp", "not_ours": ".dlpt-abcdefgh.tmp"}
-    if host == "00000000":
-        del names["other_host"]
-    for n in names.values():
-        (tmp_path / n).write_text("x")
-    assert remove_temp_files(str(tmp_path)) == [names["dead"]]
-    assert sorted(os.listdir(tmp_path)) == sorted(v for k, v in names.items() if k != "dead")
-
-
-def test_saved_profile_follows_the_umask(tmp_path: Path) -> None:
-    prof = dlpt.load(str(Path(__file__).parent / "data" / "gpu_truth.dlpt"))
-    old = os.umask(0o027)
-    try:
-        dlpt.store.save(prof, str(tmp_path / "p.dlpt"))
-    finally:
-        os.umask(old)
-    assert (tmp_path / "p.dlpt").stat().st_mode & 0o777 == 0o640
-    assert temps(tmp_path) == []

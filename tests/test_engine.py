@@ -9,8 +9,8 @@ from conftest import TRACE_NAMES, raw_events, trace_path
 import dlpt
 from dlpt.hotspots import hotspots, summary
 from dlpt.metrics import COL, METRICS
-from dlpt.transforms import hide_library
-from dlpt.views import GROUPINGS, bottom_up, flat, prepare
+from dlpt.transforms import hide_library, hide_library_unless
+from dlpt.views import GROUPINGS, bottom_up, flat
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -56,7 +56,7 @@ def test_inclusive_is_exclusive_plus_children(name):
 @pytest.mark.parametrize("name", TRACE_NAMES)
 @pytest.mark.parametrize("include_library", [False, True])
 def test_views_agree_on_totals(name, include_library):
-    prof = prepare(load(name), include_library)
+    prof = hide_library_unless(load(name), include_library)
     total = prof.cct.exclusive.sum(axis=0)
     assert (load(name).cct.exclusive.sum(axis=0) == total).all()
     assert (bottom_up(prof).cct.inclusive[0] == total).all()

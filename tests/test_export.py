@@ -20,8 +20,8 @@ import dlpt
 from dlpt.frames import Frame
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
+from dlpt.transforms import hide_library_unless
 from dlpt.viewers.exporters import ExportOptions, formats, get_exporter
-from dlpt.views import prepare
 
 
 @functools.cache
@@ -52,7 +52,7 @@ def test_hatchet_literal_reads_back_with_equal_totals(name, include_library):
     p = prof(name)
     lit = json.loads(export(p, "hatchet", include_library=include_library))
     gf = ht.GraphFrame.from_literal(lit)
-    view = prepare(p, include_library)
+    view = hide_library_unless(p, include_library)
     assert len(gf.graph) == len(view.cct)
     df = gf.dataframe
     for m, v in totals(p).items():
@@ -67,7 +67,7 @@ def test_hatchet_literal_reads_back_with_equal_totals(name, include_library):
 @pytest.mark.parametrize("include_library", [False, True])
 def test_to_graphframe_matches_the_cct(name, include_library):
     p = prof(name)
-    view = prepare(p, include_library)
+    view = hide_library_unless(p, include_library)
     cct = view.cct
     gf = p.to_graphframe(include_library=include_library)
     nodes = list(gf.graph.traverse())
@@ -122,7 +122,7 @@ def test_folded_sums_to_the_total(name, metric):
     p = prof(name)
     rows = parse_folded(export(p, "folded", metric=metric))
     assert sum(v for _, v in rows) == totals(p)[metric]
-    view = prepare(p)
+    view = hide_library_unless(p, False)
     assert len(rows) == int(np.count_nonzero(view.cct.exclusive[:, COL[metric]]))
     assert all(v > 0 for _, v in rows)
 
@@ -130,7 +130,7 @@ def test_folded_sums_to_the_total(name, metric):
 def test_folded_stacks_are_call_paths_and_hide_library_by_default():
     p = prof("gpt_train")
     rows = parse_folded(export(p, "folded"))
-    view = prepare(p)
+    view = hide_library_unless(p, False)
     labels = {view.frame_of(i).label() for i in range(1, len(view.cct))}
     assert all(f in labels for stack, _ in rows for f in stack)
     assert all(stack[0] == "capture_traces.py:145 <module>" for stack, _ in rows)

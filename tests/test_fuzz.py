@@ -18,8 +18,9 @@ from dlpt.errors import DlptError
 from dlpt.hotspots import hotspots
 from dlpt.metrics import COL
 from dlpt.store import save
+from dlpt.transforms import hide_library_unless
 from dlpt.viewers.report import ReportOptions, render
-from dlpt.views import GROUPINGS, bottom_up, flat, prepare
+from dlpt.views import GROUPINGS, bottom_up, flat
 
 BUDGET = int(os.environ.get("DLPT_FUZZ_EXAMPLES", "60"))
 SETTINGS = settings(max_examples=BUDGET, deadline=None, derandomize=True,
@@ -39,7 +40,7 @@ def check_profile(prof: dlpt.Profile) -> None:
     total = cct.exclusive[:, COL["gpu_time"]].sum()
     assert total == prof.activities.duration.sum()
     assert (cct.exclusive >= 0).all()
-    hidden = prepare(prof, False)
+    hidden = hide_library_unless(prof, False)
     assert hidden.cct.exclusive[:, COL["gpu_time"]].sum() == total
     for by in GROUPINGS:
         assert flat(hidden, by).exclusive[:, COL["gpu_time"]].sum() == total

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from conftest import trace_path
 import dlpt
 from dlpt.errors import DlptError
 from dlpt.metrics import COL
+from dlpt.output import remove_temp_files
 from dlpt.store import SCHEMA_VERSION, load, save
 
 
@@ -82,3 +86,35 @@ def test_newer_schema_and_foreign_databases_are_refused(gpt, tmp_path):
     junk.write_bytes(b"\x00garbage" * 100)
     with pytest.raises(DlptError):
         dlpt.load(str(junk))
+
+
+# Moved from test_durability.py, whose module needs torch to record: these two need only the store.
+def temps(d: Path) -> list[str]:
+    return sorted(n for n in os.listdir(d) if n.startswith(".dlpt-") and n.endswith(".tmp"))
+
+
+def test_stale_temp_files_of_dead_processes_only(tmp_path: Path) -> None:
+    from dlpt.output import _host_tag
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = _host_tag()
+    names = {"dead": f".dlpt-{dead.pid}-{host}-abc123.tmp", "live": f".dlpt-1-{host}-abc123.tmp",
+             "other_host": f".dlpt-{dead.pid}-00000000-abc123.tmp", "not_ours": ".dlpt-abcdefgh.tmp"}
+    if host == "00000000":
+        del names["other_host"]
+    for n in names.values():
+        (tmp_path / n).write_text("x")
+    assert remove_temp_files(str(tmp_path)) == [names["dead"]]
+    assert sorted(os.listdir(tmp_path)) == sorted(v for k, v in names.items() if k != "dead")
+
+
+def test_saved_profile_follows_the_umask(tmp_path: Path) -> None:
+    prof = dlpt.load(str(Path(__file__).parent / "data" / "gpu_truth.dlpt"))
+    old = os.umask(0o027)
+    try:
+        dlpt.store.save(prof, str(tmp_path / "p.dlpt"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "p.dlpt").stat().st_mode & 0o777 == 0o640
+    assert temps(tmp_path) == []

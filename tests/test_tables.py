@@ -11,7 +11,8 @@ from conftest import TRACE_NAMES, trace_path
 import dlpt
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
-from dlpt.views import GROUPINGS, prepare
+from dlpt.transforms import hide_library_unless
+from dlpt.views import GROUPINGS
 
 
 @functools.cache
@@ -28,7 +29,7 @@ def totals(p: Profile) -> dict[str, int]:
 @pytest.mark.parametrize("include_library", [False, True])
 def test_top_down_rows_are_the_cct(name, include_library):
     p = prof(name)
-    cct = prepare(p, include_library).cct
+    cct = hide_library_unless(p, include_library).cct
     df = p.to_dataframe(view="top-down", include_library=include_library)
     assert len(df) == len(cct) and df.index.name == "node"
     assert np.array_equal(df["parent"].to_numpy(), cct.parent)

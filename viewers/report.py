@@ -259,7 +259,7 @@ def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:
 
 
 def render(profile: Profile, opts: ReportOptions) -> str:
-    """The report as text. `profile` is already prepared (library frames hidden or not)."""
+    """The report as text. `profile` has already been through `hide_library_unless` (library frames hidden or not)."""
     lines = header(profile, opts.metric) + [""]
     if opts.view == "flat":
         lines += render_flat(profile, opts)

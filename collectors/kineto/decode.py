@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from dlpt.errors import DlptError
+from dlpt.metrics import KERNEL, MEMCPY_OTHER, MEMSET
 
 
 # The strict types below are what torch.profiler writes; decoding into them is one C pass with
@@ -98,10 +99,19 @@ _decoder = msgspec.json.Decoder(Trace)
 _lenient_decoder = msgspec.json.Decoder(_LenientTrace)
 _args_decoder = msgspec.json.Decoder(_LenientArgs)
 
-# Categories whose events the linker reads (kept in step with link.HOST_CATS and GPU_CATS).
-_SPAN_CATS = frozenset({"python_function", "user_annotation", "cpu_op", "Operator", "cuda_runtime",
-                        "cuda_driver", "Runtime"})
-_GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+# Categories whose events the linker reads. Host span kinds, in the order that breaks ties of
+# equal start and end: the outer one first.
+PY, ANNOT, OP, LAUNCH = 0, 1, 2, 3
+HOST_CATS = {
+    "python_function": PY, "user_annotation": ANNOT, "cpu_op": OP, "Operator": OP,
+    "cuda_runtime": LAUNCH, "cuda_driver": LAUNCH, "Runtime": LAUNCH,
+}
+GPU_CATS = {
+    "kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY_OTHER, "Memcpy": MEMCPY_OTHER,
+    "gpu_memset": MEMSET, "Memset": MEMSET,
+}
+_SPAN_CATS = frozenset(HOST_CATS)
+_GPU_CATS = frozenset(GPU_CATS)
 _DAMAGED = Event(ph="X", cat="cpu_op", ts=None)
 
 

@@ -17,6 +17,7 @@ The rules (DESIGN §2):
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -24,20 +25,10 @@ from operator import attrgetter
 import numpy as np
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.kineto.decode import Trace
+from dlpt.collectors.kineto.decode import ANNOT, GPU_CATS, HOST_CATS, LAUNCH, OP, PY, Trace, as_int
 from dlpt.frames import Frame, FrameTable, python_frame
-from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET, copy_kind
+from dlpt.metrics import ACTIVITY_KIND_INFO, MEMCPY_OTHER, copy_kind
 
-# Host span kinds, in the order that breaks ties of equal start and end: the outer one first.
-PY, ANNOT, OP, LAUNCH = 0, 1, 2, 3
-HOST_CATS = {
-    "python_function": PY, "user_annotation": ANNOT, "cpu_op": OP, "Operator": OP,
-    "cuda_runtime": LAUNCH, "cuda_driver": LAUNCH, "Runtime": LAUNCH,
-}
-GPU_CATS = {
-    "kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY_OTHER, "Memcpy": MEMCPY_OTHER,
-    "gpu_memset": MEMSET, "Memset": MEMSET,
-}
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 BACKWARD_FRAME = Frame("backward", "[backward]")
@@ -55,10 +46,6 @@ def _ns(x: object) -> int | None:
     if x != x or x in (float("inf"), float("-inf")):
         return None
     return round(x * 1000)
-
-
-def _int(x: object, default: int = -1) -> int:
-    return x if isinstance(x, int) and not isinstance(x, bool) else default
 
 
 @dataclass
@@ -208,9 +195,9 @@ class _Columns:
             else:
                 corr, dev, stream, nb = -1, -1, -1, 0
             if dev < 0:
-                dev = _int(e.pid)
+                dev = as_int(e.pid)
             if stream < 0:
-                stream = _int(e.tid)
+                stream = as_int(e.tid)
             if gk == MEMCPY_OTHER:
                 gk = copy_kind(e.name)
             gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
@@ -220,7 +207,7 @@ class _Columns:
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(kind, thread, start, end, sequence number) of all spans."""
         def cat(parts: list[np.ndarray]) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
@@ -259,21 +246,35 @@ def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int
 
 def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: FrameTable, base: int,
                  out: LinkResult) -> None:
-    """`link_trace` for events already sorted into columns; `trace` gives only its metadata."""
-    base_ns = _int(trace.baseTimeNanoseconds, 0)
-    kind, thread, start, end, seq = cols.arrays()
-    h_name, launch_of_corr, gpu = cols.name, cols.launch_of_corr, cols.gpu
-    flow_s, flow_f, thread_ids, thread_names = cols.flow_s, cols.flow_f, cols.thread_ids, cols.thread_names
+    """`link_trace` for events already sorted into columns; `trace` gives only its metadata.
+
+    The stages, each a step below: nest the host spans of each thread by time; give each op its
+    self time; link backward ops to the forward ops that created them; then place every GPU
+    activity under the node of its launch (nodes are made on demand, walking up the nesting and
+    the backward links), and every op's self time under the op's own node. The last two stages
+    make the tree, so their order (GPU activities first) fixes its numbering."""
     out.skipped += cols.skipped
-    h_kind = kind.tolist()
-    h_thread = thread.tolist()
-    h_start = start.tolist()
+    kind, thread, start, end, seq = cols.arrays()
+    order = np.lexsort((kind, -end, start, thread)) if len(kind) else np.zeros(0, dtype=np.int64)
+    parent, end_l = _nest(order, thread, start, end)
+    spans = _Spans(kind, thread, start, seq, cols.name, order, parent, end_l)
+    cpu_self = _op_self_time(spans)
+    fwd_of = _backward_links(spans, cols.flow_s, cols.flow_f)
+    threads = _Threads(spans, cols.thread_ids, cols.thread_names)
+    nodes = _SpanNodes(spans, fwd_of, threads, builder, frames, base)
+    _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
+                          as_int(trace.baseTimeNanoseconds, 0), out)
+    out.cpu_node.extend(map(nodes.node, spans.ops.tolist()))
+    out.cpu_self.extend(cpu_self)
 
-    n = len(h_kind)
-    order = np.lexsort((kind, -end, start, thread)) if n else np.zeros(0, dtype=np.int64)
 
-    # --- nesting by time on each thread ---
-    parent = [-1] * n
+def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,
+          end: np.ndarray) -> tuple[list[int], list[int]]:
+    """(parent span of each span or -1, end clipped to the parent's) by nesting the spans of each
+    thread by time. `order` sorts them by thread, start, longest first, then kind, so that a
+    span's enclosing spans come before it. Python lists: the loop is scalar steps, which numpy
+    would make slower."""
+    parent = [-1] * len(end)
     end_l = end.tolist()
     cur_t = -1
     stack: list[int] = []
@@ -289,13 +290,47 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
             if end_l[i] > end_l[p]:  # float rounding let the child overrun its parent
                 end_l[i] = end_l[p]
         stack.append(i)
-    par = np.asarray(parent, dtype=np.int64)
-    end = np.asarray(end_l, dtype=np.int64)
-    ops = np.flatnonzero(kind == OP)
-    # Self time of an op: its duration less that of the ops directly inside it, found by
-    # climbing from each op through Python frames and launches to the nearest op or annotation
-    # (all ops at once, one level per step).
-    child_time = np.zeros(n, dtype=np.int64)
+    return parent, end_l
+
+
+@dataclass
+class _Spans:
+    """The host spans of one trace once nested, as the later stages share them: numpy columns
+    for the whole-array steps, and list copies of those the per-span Python loops index
+    (indexing a list is several times faster than taking a numpy scalar)."""
+
+    kind: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    seq: np.ndarray  # sequence number of an op, -1 for none
+    name: list[str]
+    order: np.ndarray  # by thread, then start (`_nest`)
+    parent: list[int]
+    end_l: list[int]  # clipped to the parent's end
+    end: np.ndarray = field(init=False)
+    kind_l: list[int] = field(init=False)
+    thread_l: list[int] = field(init=False)
+    start_l: list[int] = field(init=False)
+    ops: np.ndarray = field(init=False)  # the op spans, in span order
+    py_threads: set[int] = field(init=False)  # threads with Python frames in the trace
+
+    def __post_init__(self) -> None:
+        self.end = np.asarray(self.end_l, dtype=np.int64)
+        self.kind_l = self.kind.tolist()
+        self.thread_l = self.thread.tolist()
+        self.start_l = self.start.tolist()
+        self.ops = np.flatnonzero(self.kind == OP)
+        self.py_threads = set(self.thread[self.kind == PY].tolist())
+
+
+def _op_self_time(spans: _Spans) -> list[int]:
+    """Self time of each op (`spans.ops`): its duration less that of the ops directly inside it,
+    found by climbing from each op through Python frames and launches to the nearest op or
+    annotation (all ops at once, one level per step). An annotation stops the climb: time under
+    it is not the enclosing op's."""
+    kind, start, end, ops = spans.kind, spans.start, spans.end, spans.ops
+    par = np.asarray(spans.parent, dtype=np.int64)
+    child_time = np.zeros(len(kind), dtype=np.int64)
     inner = ops[par[ops] >= 0]
     q = par[inner]
     climb = np.flatnonzero((kind[q] != OP) & (kind[q] != ANNOT))
@@ -306,35 +341,31 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
     has_op = q >= 0
     has_op[has_op] = kind[q[has_op]] == OP
     np.add.at(child_time, q[has_op], (end - start)[inner[has_op]])
+    return np.maximum(end[ops] - start[ops] - child_time[ops], 0).tolist()
 
-    # --- threads without Python frames: where their work hangs ---
-    py_threads = set(thread[kind == PY].tolist()) if n else set()
-    t_sorted = thread[order]
-    firsts = np.flatnonzero(np.r_[True, t_sorted[1:] != t_sorted[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    # Spans are sorted by thread, then start: the first of each thread starts it.
-    first_start = dict(zip(t_sorted[firsts].tolist(), start[order[firsts]].tolist()))
-    py_spans = np.flatnonzero(kind == PY).tolist()
-    run_backward = sorted((h_start[i], end_l[i], i) for i in py_spans if "run_backward" in h_name[i])
-    rb_starts = [r[0] for r in run_backward]
-    thread_starts = sorted((h_start[i], i) for i in py_spans
-                           if h_name[i].startswith("threading.py(") and h_name[i].endswith("): start"))
-    ts_starts = [x[0] for x in thread_starts]
-    thread_key_of = {v: k for k, v in thread_ids.items()}
 
-    # --- backward links: backward node op → forward op ---
+def _backward_root(spans: _Spans, i: int) -> int:
+    """The `evaluate_function` op around op i, or i itself."""
+    kind_l, name, parent = spans.kind_l, spans.name, spans.parent
+    j = i
+    while j >= 0:
+        if kind_l[j] == OP and name[j].startswith(BACKWARD_PREFIX):
+            return j
+        j = parent[j]
+    return i
+
+
+def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
+                    flow_f: dict[object, tuple[int, int]]) -> dict[int, int]:
+    """Backward node op → the forward op that created its autograd node: through `fwdbwd` flows
+    first (each end is the first op at the flow's (thread, time)), then, for backward ops no flow
+    links, through the sequence number, which the forward op on a Python thread carries too."""
+    kind, thread, start, seq, order, ops, name = (spans.kind, spans.thread, spans.start, spans.seq,
+                                                  spans.order, spans.ops, spans.name)
+    n = len(kind)
     op_at = _first_ops_at(order[kind[order] == OP], thread, start,
                           list({*flow_s.values(), *flow_f.values()}))
     fwd_of: dict[int, int] = {}
-
-    def backward_root(i: int) -> int:
-        """The `evaluate_function` op around op i, or i itself."""
-        j = i
-        while j >= 0:
-            if h_kind[j] == OP and h_name[j].startswith(BACKWARD_PREFIX):
-                return j
-            j = parent[j]
-        return i
-
     for fid, (tf, sf) in flow_f.items():
         src = flow_s.get(fid)
         if src is None:
@@ -342,11 +373,12 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
         b = op_at.get((tf, sf))
         f = op_at.get(src)
         if b is not None and f is not None:
-            fwd_of.setdefault(backward_root(b), f)
+            fwd_of.setdefault(_backward_root(spans, b), f)
     numbered = ops[seq[ops] >= 0]
     is_bwd = np.zeros(n, dtype=bool)
-    is_bwd[numbered] = [h_name[i].startswith(BACKWARD_PREFIX) for i in numbered.tolist()]
+    is_bwd[numbered] = [name[i].startswith(BACKWARD_PREFIX) for i in numbered.tolist()]
     py_thread = np.zeros(n, dtype=bool)
+    py_threads = spans.py_threads
     if py_threads:
         py_thread = np.isin(thread, np.fromiter(py_threads, dtype=np.int64, count=len(py_threads)))
     fwd_cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]
@@ -357,68 +389,116 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
             f = seq_fwd.get(int(seq[i]))
             if f is not None:
                 fwd_of[i] = f
+    return fwd_of
 
-    # --- frames and nodes, memoised per span ---
-    frame_cache: dict[tuple[int, str], int] = {}
 
-    def frame_of(i: int) -> int:
-        k = h_kind[i]
+class _Threads:
+    """Where the work of a thread without Python frames hangs (autograd's, threads started while
+    profiling): the facts of the trace that say so, looked up by the tree stage."""
+
+    def __init__(self, spans: _Spans, thread_ids: dict[tuple, int], thread_names: dict[tuple, str]) -> None:
+        thread, start, order, name = spans.thread, spans.start, spans.order, spans.name
+        self.py_threads = spans.py_threads
+        self._thread_l = spans.thread_l
+        self._parent = spans.parent
+        t_sorted = thread[order]
+        firsts = (np.flatnonzero(np.r_[True, t_sorted[1:] != t_sorted[:-1]]) if len(order)
+                  else np.zeros(0, dtype=np.int64))
+        # Spans are sorted by thread, then start: the first of each thread starts it.
+        self._first_start = dict(zip(t_sorted[firsts].tolist(), start[order[firsts]].tolist()))
+        py_spans = np.flatnonzero(spans.kind == PY).tolist()
+        start_l, end_l = spans.start_l, spans.end_l
+        self._run_backward = sorted((start_l[i], end_l[i], i) for i in py_spans if "run_backward" in name[i])
+        self._rb_starts = [r[0] for r in self._run_backward]
+        self._thread_starts = sorted((start_l[i], i) for i in py_spans
+                                     if name[i].startswith("threading.py(") and name[i].endswith("): start"))
+        self._ts_starts = [x[0] for x in self._thread_starts]
+        self._key_of = {v: k for k, v in thread_ids.items()}
+        self._names = thread_names
+
+    def run_backward_around(self, t: int, s: int) -> int:
+        """The `run_backward` span (on another thread) that was waiting when thread t's top-level
+        span began at s, or -1: the autograd engine's work belongs to the call that waits for it."""
+        last = bisect.bisect_right(self._rb_starts, s) - 1
+        for k in range(last, max(last - 4, -1), -1):
+            rs, re_, ri = self._run_backward[k]
+            if rs <= s < re_ and self._thread_l[ri] != t:
+                return ri
+        return -1
+
+    def started_under(self, t: int) -> int:
+        """The span around the `Thread.start` call that most likely started thread t (the last
+        one before its first event, on another thread), or -1."""
+        k = bisect.bisect_right(self._ts_starts, self._first_start.get(t, 0)) - 1
+        if k >= 0:
+            si = self._thread_starts[k][1]
+            ps = self._parent[si]
+            if ps >= 0 and self._thread_l[si] != t:
+                return ps
+        return -1
+
+    def frame(self, t: int) -> Frame:
+        key = self._key_of.get(t, ("?", "?"))
+        return Frame("thread", self._names.get(key) or f"thread {key[1]}")
+
+
+class _SpanNodes:
+    """The tree node of each host span's context, made on demand: a span's node is its frame
+    under its context's node, where the context is the forward op's node and `[backward]` for a
+    linked backward op, else the parent span's, else (top-level) the profile's base for a Python
+    thread, the waiting `run_backward` call, or a node for the thread. A launch adds no frame."""
+
+    def __init__(self, spans: _Spans, fwd_of: dict[int, int], threads: _Threads, builder: TreeBuilder,
+                 frames: FrameTable, base: int) -> None:
+        # The spans' columns as attributes of their own: these methods run once or more per span,
+        # and every `self.a.b` costs a lookup.
+        self._kind_l, self._name, self._parent = spans.kind_l, spans.name, spans.parent
+        self._thread_l, self._start_l = spans.thread_l, spans.start_l
+        self._fwd_of = fwd_of
+        self._threads = threads
+        self._builder = builder
+        self._frames = frames
+        self._base = base
+        self._bwd = frames.intern(BACKWARD_FRAME)
+        n = len(self._kind_l)
+        self._node_of = [-1] * n
+        # Spans whose node is being made: a backward link back into one of them is a loop.
+        self._busy = [False] * n
+        self._frame_cache: dict[tuple[int, str], int] = {}
+        self._thread_node: dict[int, int] = {}
+
+    def _frame(self, i: int) -> int:
+        """Frame id of span i (memoised by kind and name), -1 for a launch."""
+        k = self._kind_l[i]
         if k == LAUNCH:
             return -1
-        key = (k, h_name[i])
-        f = frame_cache.get(key)
+        name = self._name[i]
+        key = (k, name)
+        f = self._frame_cache.get(key)
         if f is None:
-            fr = python_frame(h_name[i]) if k == PY else Frame("op", h_name[i])
-            f = frame_cache[key] = frames.intern(fr)
+            fr = python_frame(name) if k == PY else Frame("op", name)
+            f = self._frame_cache[key] = self._frames.intern(fr)
         return f
 
-    bwd = frames.intern(BACKWARD_FRAME)
-    node_of = [-1] * n
-    busy = [False] * n
-    thread_node: dict[int, int] = {}
-
-    def thread_base(i: int) -> tuple[int, bool]:
-        """Where a top-level span of a thread without Python frames goes: (span or node, is_span)."""
-        t, s = h_thread[i], h_start[i]
-        if t in py_threads:
-            return base, False
-        # The autograd engine's work belongs to the `run_backward` call that waits for it.
-        last = bisect.bisect_right(rb_starts, s) - 1
-        for k in range(last, max(last - 4, -1), -1):
-            rs, re_, ri = run_backward[k]
-            if rs <= s < re_ and h_thread[ri] != t:
-                return ri, True
-        return -1, False
-
-    def thread_frame(t: int) -> int:
-        key = thread_key_of.get(t, ("?", "?"))
-        label = thread_names.get(key) or f"thread {key[1]}"
-        return frames.intern(Frame("thread", label))
-
-    def thread_node_for(t: int) -> int:
-        nd = thread_node.get(t)
+    def _thread_node_for(self, t: int) -> int:
+        nd = self._thread_node.get(t)
         if nd is None:
-            anchor = base
-            # The thread was most likely started by the last Thread.start before its first event.
-            k = bisect.bisect_right(ts_starts, first_start.get(t, 0)) - 1
-            if k >= 0:
-                si = thread_starts[k][1]
-                ps = parent[si]
-                if ps >= 0 and h_thread[si] != t:
-                    anchor = resolve(ps)
-            nd = thread_node[t] = builder.child(anchor, thread_frame(t))
+            ps = self._threads.started_under(t)
+            anchor = self.node(ps) if ps >= 0 else self._base
+            nd = self._thread_node[t] = self._builder.child(anchor, self._frames.intern(self._threads.frame(t)))
         return nd
 
-    child = builder.child
-
-    def resolve(i: int) -> int:
+    def node(self, i: int) -> int:
+        """The node of span i, made with its ancestors' as needed."""
+        node_of = self._node_of
         nd = node_of[i]
         if nd >= 0:
             return nd
         # The common case without the general walk: climb the parents (no backward link, not
         # top-level) up to one that has a node, then make the nodes on the way back down. It
-        # marks and unmarks `busy` and creates nodes in the same order as `resolve_walk` would,
-        # so the tree comes out numbered the same.
+        # marks and unmarks `busy` and creates nodes in the same order as `_walk` would, so the
+        # tree comes out numbered the same.
+        fwd_of, parent, busy = self._fwd_of, self._parent, self._busy
         chain = []
         j = i
         while j not in fwd_of:
@@ -433,19 +513,26 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
                 break
             j = p
         if j >= 0:
-            nd = resolve_walk(j)
+            nd = self._walk(j)
+        # `_frame`, inlined for the frames already interned: this loop makes most of the nodes.
+        child, kind_l, name, frame_cache = self._builder.child, self._kind_l, self._name, self._frame_cache
         for k in reversed(chain):
             if node_of[k] >= 0:  # made meanwhile, through a link of a damaged trace
                 nd = node_of[k]
             else:
-                fr = frame_of(k)
-                if fr >= 0:
-                    nd = child(nd, fr)
+                kk = kind_l[k]
+                if kk != LAUNCH:
+                    fr = frame_cache.get((kk, name[k]))
+                    nd = child(nd, self._frame(k) if fr is None else fr)
                 node_of[k] = nd
             busy[k] = False
         return nd
 
-    def resolve_walk(i: int) -> int:
+    def _walk(self, i: int) -> int:
+        """`node` in general: an explicit stack over parents, backward links and thread anchors,
+        so that deep nesting cannot overflow Python's."""
+        node_of, busy, fwd_of, parent = self._node_of, self._busy, self._fwd_of, self._parent
+        child, threads = self._builder.child, self._threads
         stack = [i]
         while stack:
             j = stack[-1]
@@ -461,7 +548,7 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
                 if node_of[f] < 0:
                     stack.append(f)
                     continue
-                ctx = builder.child(node_of[f], bwd)
+                ctx = child(node_of[f], self._bwd)
             else:
                 p = parent[j]
                 if p >= 0:
@@ -469,32 +556,37 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
                         stack.append(p)
                         continue
                     ctx = node_of[p]
-                else:
-                    anchor, is_span = thread_base(j)
-                    if is_span:
-                        if node_of[anchor] < 0:
-                            stack.append(anchor)
-                            continue
-                        ctx = builder.child(node_of[anchor], bwd)
-                    elif anchor >= 0:
-                        ctx = anchor
+                else:  # a top-level span
+                    t = self._thread_l[j]
+                    if t in threads.py_threads:
+                        ctx = self._base
                     else:
-                        ctx = thread_node_for(h_thread[j])
-            fr = frame_of(j)
-            node_of[j] = builder.child(ctx, fr) if fr >= 0 else ctx
+                        rb = threads.run_backward_around(t, self._start_l[j])
+                        if rb >= 0:
+                            if node_of[rb] < 0:
+                                stack.append(rb)
+                                continue
+                            ctx = child(node_of[rb], self._bwd)
+                        else:
+                            ctx = self._thread_node_for(t)
+            fr = self._frame(j)
+            node_of[j] = child(ctx, fr) if fr >= 0 else ctx
             busy[j] = False
             stack.pop()
         return node_of[i]
 
-    # --- GPU activities ---
+
+def _place_gpu_activities(gpu: list[tuple], launch_of_corr: dict[int, int], node_of_span: Callable[[int], int],
+                          builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int,
+                          out: LinkResult) -> None:
+    """One row per GPU activity, at a leaf of its kind and name under its launch's node, or under
+    `<unattributed: no launch record>` when no launch has its correlation."""
     leaf_cache: dict[tuple[int, str], int] = {}
-    leaf_kind = {KERNEL: "kernel", HTOD: "memcpy", DTOH: "memcpy", DTOD: "memcpy",
-                 MEMCPY_OTHER: "memcpy", MEMSET: "memset"}
     no_launch = None
     for gk, name, s, d, corr, dev, stream, nb in gpu:
         li = launch_of_corr.get(corr, -1) if corr >= 0 else -1
         if li >= 0:
-            ctx = resolve(li)
+            ctx = node_of_span(li)
         else:
             if no_launch is None:
                 no_launch = builder.child(base, frames.intern(unattributed_frame(NO_LAUNCH)))
@@ -502,7 +594,7 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
         lk = (gk, name)
         lf = leaf_cache.get(lk)
         if lf is None:
-            lf = leaf_cache[lk] = frames.intern(Frame(leaf_kind[gk], name))
+            lf = leaf_cache[lk] = frames.intern(Frame(ACTIVITY_KIND_INFO[gk].frame, name))
         out.node.append(builder.child(ctx, lf))
         out.kind.append(gk)
         out.name.append(lf)
@@ -511,7 +603,3 @@ def link_columns(trace: Trace, cols: _Columns, builder: TreeBuilder, frames: Fra
         out.start.append(base_ns + s)
         out.duration.append(d)
         out.nbytes.append(nb)
-
-    # --- host op self time ---
-    out.cpu_node.extend(map(resolve, ops.tolist()))
-    out.cpu_self.extend(np.maximum(end[ops] - start[ops] - child_time[ops], 0).tolist())

@@ -8,7 +8,8 @@ import json
 from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, percent, positive_int
 from dlpt.loader import open_profiles
 from dlpt.output import write_output
-from dlpt.views import GROUPINGS, VIEWS, prepare
+from dlpt.transforms import hide_library_unless
+from dlpt.views import GROUPINGS, VIEWS
 
 EPILOG = """\
 examples:
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
-    prof = prepare(open_profiles(args.profile, args.rank), args.include_library)
+    prof = hide_library_unless(open_profiles(args.profile, args.rank), args.include_library)
     metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)

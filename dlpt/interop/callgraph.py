@@ -20,7 +20,7 @@ import numpy as np
 
 from dlpt.frames import Frame, short_path
 from dlpt.metrics import METRICS
-from dlpt.views import prepare
+from dlpt.transforms import hide_library_unless
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -59,7 +59,7 @@ def call_graph(profile: Profile, include_library: bool = False) -> nx.DiGraph:
     profile's totals and the root's inclusive values are those totals."""
     import networkx as nx
 
-    prof = prepare(profile, include_library)
+    prof = hide_library_unless(profile, include_library)
     cct = prof.cct
     n = len(cct)
     def_lines = prof.collector == "kineto"

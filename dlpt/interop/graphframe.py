@@ -18,7 +18,7 @@ import numpy as np
 
 from dlpt.frames import Frame
 from dlpt.metrics import COL, METRICS, default_metric, metric_column
-from dlpt.views import prepare
+from dlpt.transforms import hide_library_unless
 
 if TYPE_CHECKING:
     import hatchet
@@ -71,7 +71,7 @@ def to_graphframe(profile: Profile, include_library: bool = False,
 
     metric = metric or default_metric(profile)
     metric_column(metric)  # a clear error for an unknown name, before any work
-    prof = prepare(profile, include_library)
+    prof = hide_library_unless(profile, include_library)
     cct = prof.cct
     n = len(cct)
     attrs = [frame_attrs(f) for f in prof.frames]
@@ -111,7 +111,7 @@ def to_literal(profile: Profile, include_library: bool = False) -> list[dict[str
 
     No `_hatchet_nid` is written: hatchet's reader checks those against a list, which is
     quadratic; without them it numbers nodes itself."""
-    prof = prepare(profile, include_library)
+    prof = hide_library_unless(profile, include_library)
     cct = prof.cct
     attrs = [frame_attrs(f) for f in prof.frames]
     exc = cct.exclusive.tolist()

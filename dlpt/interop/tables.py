@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dlpt.metrics import COL, METRICS
-from dlpt.views import bottom_up, check_view, flat, prepare
+from dlpt.transforms import hide_library_unless
+from dlpt.views import bottom_up, check_view, flat
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,7 +85,7 @@ def view_dataframe(profile: Profile, view: str = "top-down", by: str = "line",
     """The chosen view (top-down, bottom-up or flat grouped `by`) as a DataFrame. Library
     frames are hidden unless `include_library`; no total changes either way."""
     check_view(view, by)
-    prof = prepare(profile, include_library)
+    prof = hide_library_unless(profile, include_library)
     if view == "top-down":
         return tree_dataframe(prof)
     if view == "bottom-up":

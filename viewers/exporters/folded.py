@@ -14,8 +14,8 @@ from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
+from dlpt.transforms import hide_library_unless
 from dlpt.viewers.exporters.base import ExportOptions
-from dlpt.views import prepare
 
 
 def weighted_stacks(cct: CCT, values: np.ndarray) -> Iterator[tuple[list[int], int]]:
@@ -53,7 +53,7 @@ class FoldedExporter:
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
         col = metric_column(options.metric_for(profile))
-        prof = prepare(profile, options.include_library)
+        prof = hide_library_unless(profile, options.include_library)
         cct = prof.cct
         names = [folded_name(f) for f in prof.frames]
         frame = cct.frame.tolist()

@@ -16,10 +16,10 @@ import numpy as np
 from dlpt.frames import Frame
 from dlpt.metrics import BYTE_METRICS, TIME_METRICS, default_metric, metric_column
 from dlpt.profile import Profile
+from dlpt.transforms import hide_library_unless
 from dlpt.version import __version__
 from dlpt.viewers.exporters.base import ExportOptions
 from dlpt.viewers.exporters.folded import weighted_stacks
-from dlpt.views import prepare
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -89,7 +89,7 @@ def speedscope_document(profile: Profile, metric: str | None = None,
                         include_library: bool = False) -> dict[str, Any]:
     metric = metric or default_metric(profile)
     col = metric_column(metric)
-    prof = prepare(profile, include_library)
+    prof = hide_library_unless(profile, include_library)
     cct = prof.cct
     # Only frames that appear somewhere are listed; shared_index maps frame id → list index.
     used = np.unique(cct.frame).tolist()

@@ -22,6 +22,7 @@ from dlpt.errors import DlptError
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
 from dlpt.output import write_output
 from dlpt.profile import Profile
+from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
@@ -29,7 +30,7 @@ from dlpt.viewers.tui.model import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRo
 from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
 from dlpt.viewers.tui.table import TreeTable
-from dlpt.views import GROUPINGS, FlatView, flat, prepare
+from dlpt.views import GROUPINGS, FlatView, flat
 
 
 def export_path(profile_path: str) -> str:
@@ -153,7 +154,7 @@ class DlptApp(App[int]):
 
     def _variant_job(self, include_library: bool) -> Variant:
         assert self.base is not None
-        prof = prepare(self.base, include_library)
+        prof = hide_library_unless(self.base, include_library)
         src = TreeRows(prof, "top-down")
         # Build the cached arrays here, off the UI thread: subtree ends, child index, one prefix sum.
         prof.cct.children(0)
