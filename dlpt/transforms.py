@@ -24,6 +24,19 @@ def propagate_down(cct: CCT, mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def nearest_marked(cct: CCT, mask: np.ndarray) -> np.ndarray:
+    """`out[i]` is the nearest of node i and its ancestors that has `mask` set, or -1."""
+    out = np.where(mask, np.arange(len(mask)), -1)
+    depth = cct.depth
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max(initial=0)) + 2))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lv = order[a:b]
+        lv = lv[out[lv] < 0]
+        out[lv] = out[cct.parent[lv]]
+    return out
+
+
 def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     """Remove the nodes whose frame is hidden; their children move up to the nearest kept
     ancestor, merging with siblings of the same frame, and their own metrics go with them.

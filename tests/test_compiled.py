@@ -18,6 +18,7 @@ from dlpt.collectors.kineto.link import BACKWARD_FRAME
 from dlpt.collectors.record.fused import (
     AUTOTUNING,
     NO_PROVENANCE,
+    NOT_LEARNED,
     REGION_PREFIX,
     attribute_compiled,
 )
@@ -309,22 +310,45 @@ def test_no_provenance_stays_with_reason():
     assert after.call_path(empty)[-2] == py(GEN, 61, "call")
 
 
-def test_cuda_graph_replay_by_unique_name():
-    replay = CALL + [py("/x/site-packages/torch/_inductor/cudagraph_trees.py", 2000, "run_graph")]
+def test_cuda_graph_replays_by_module_and_direction():
+    """CUDA-graph replays (`mode="reduce-overhead"`): no op and no generated line launched them.
+    Beneath a generated module's `call` (how Inductor runs its graphs), that module's kernels of
+    the leaf's name are the candidates; with no generated frame above, the modules of the
+    replay's direction. A library kernel whose capture was not recorded keeps its place, with
+    that reason; one whose capture was recorded goes where its extern call went then."""
+    runtime = [py("/x/site-packages/torch/_inductor/cudagraph_trees.py", 2000, "run_graph")]
+    replay = CALL + runtime
     prov = provenance()
     prov.modules[GEN].lines[56] = "triton_solo_9:4"
     prov.modules[GEN].kernels["triton_solo_9:4"] = KernelProvenance("triton_solo_9:4", "triton_solo_9", tr(13))
-    before = build([(replay + [kernel("triton_solo_9")], 40), (replay + [kernel("triton_fused_0")], 20),
+    bwd_ctx = CALL[:3] + [Frame("op", "CompiledFunction"), BACKWARD_FRAME, Frame("op", "CompiledFunctionBackward")]
+    before = build([(replay + [kernel("triton_solo_9")], 40),
+                    (replay + [kernel("triton_fused_0")], 30),  # forward: the forward module's lines
+                    (bwd_ctx + [py(GEN2, 90, "call")] + runtime + [kernel("triton_fused_0")], 20),  # beneath GEN2
+                    (replay + [kernel("sm90_xmma_gemm")], 9),  # cuBLAS, capture not recorded
                     (CALL[:1] + [kernel("triton_solo_9")], 7)])
     after = attribute_compiled(before, prov)
     check_conserved(before, after)
-    (solo,) = [i for i in nodes_named(after, f"{FUSED_PREFIX}triton_solo_9]")]
+    (solo,) = nodes_named(after, f"{FUSED_PREFIX}triton_solo_9]")
     assert lines_above(after, solo)[-1] == (MODEL, 13)
-    # the same name in a forward and a backward module with other lines: ambiguous, kept with the reason
-    (reason,) = nodes_named(after, NO_PROVENANCE.name)
-    assert after.frame_of(after.cct.children(reason)[0]).name == "triton_fused_0"
+    fused = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
+    fwd = sorted((lines_above(after, i)[-1][1], int(after.cct.inclusive[i, COL["kernel_time"]]))
+                 for i in fused if BACKWARD_FRAME not in after.call_path(i))
+    bwd = sorted((lines_above(after, i)[-1][1], int(after.cct.inclusive[i, COL["kernel_time"]]))
+                 for i in fused if BACKWARD_FRAME in after.call_path(i))
+    assert fwd == [(10, 10), (11, 10), (12, 10)] and bwd == [(10, 10), (12, 10)]
+    (reason,) = nodes_named(after, NOT_LEARNED.name)
+    assert after.frame_of(after.cct.children(reason)[0]).name == "sm90_xmma_gemm"
+    assert after.meta["compiled_provenance"]["units_without_provenance"] == 1
     # a kernel outside compiled code and outside a graph replay is not touched
     assert any(after.call_path(i) == CALL[:1] + [kernel("triton_solo_9")] for i in nodes_named(after, "triton_solo_9"))
+    # the capture recorded: the gemm launched under the module's extern mm (line 9) is recognised
+    learned = build([(CALL + [py(GEN, 52, "call"), Frame("op", "aten::mm"), kernel("sm90_xmma_gemm")], 5),
+                     (replay + [kernel("sm90_xmma_gemm")], 9)])
+    placed = attribute_compiled(learned, prov)
+    check_conserved(learned, placed)
+    gemms = [i for i in nodes_named(placed, "sm90_xmma_gemm") if lines_above(placed, i)[-1] == (MODEL, 9)]
+    assert sum(int(placed.cct.inclusive[i, COL["kernel_time"]]) for i in gemms) == 14
 
 
 def test_region_without_generated_frames():

@@ -40,7 +40,9 @@ Finding the kernel of a unit, most exact first:
    one module share the op's time equally). A library kernel with no op open in a region (a
    CUDA-graph replay under `mode="reduce-overhead"`) goes where the same kernel went under an
    aten op in that region's runs before the capture.
-3. Beneath Inductor's CUDA-graph runtime frames, by name when exactly one compiled kernel has it.
+3. A CUDA-graph replay (device leaves beneath Inductor's CUDA-graph runtime, itself beneath the
+   generated module's `call`): that module's kernels of the leaf's name, or for a library kernel
+   the extern calls that launched it before the capture (see `replay`).
 Autotuning: the first run of a Triton kernel (and Inductor's `max-autotune` choices) benchmarks
 candidate configs on the GPU, beneath Inductor's benchmarking frames. That is compile-time work,
 run once, often more GPU time in a short run than the model itself: each such subtree goes to
@@ -64,14 +66,17 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
-from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace
+from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.collectors.record.shares import split_int, transport
 from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library, source_frame
 from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
 from dlpt.profile import Profile
-from dlpt.transforms import propagate_down
+from dlpt.transforms import nearest_marked, propagate_down
 
 NO_PROVENANCE = unattributed_frame("no provenance")
+# A library kernel (cuBLAS) replayed from a CUDA graph names no compiled kernel; only the runs
+# that captured the graph show which extern call launched it (`--steps` from before the capture).
+NOT_LEARNED = unattributed_frame("no provenance: library kernel in a CUDA-graph replay whose capture was not recorded")
 AUTOTUNING = Frame("op", "[torch.compile autotuning]")
 # Frames that benchmark candidate kernels: Triton configs on a kernel's first run, max-autotune's
 # choices while compiling. The outermost one on a path heads an autotuning subtree.
@@ -152,6 +157,7 @@ class _Attributor:
         self.frames = _Frames(profile.frames)
         self.bwd = self.frames.intern(BACKWARD_FRAME)
         self.noprov = self.frames.intern(NO_PROVENANCE)
+        self.not_learned = self.frames.intern(NOT_LEARNED)
         self.tuning = self.frames.intern(AUTOTUNING)
         self.tune_root = np.zeros(0, dtype=bool)  # outermost autotuning frames
         self.tuned = 0
@@ -282,9 +288,9 @@ class _Attributor:
         cut = _context(anc_frames, trace, kp.backward if kp is not None else False)
         return [tuple(anc[:cut]) + (self.tuning,)], [1]
 
-    def _reason(self, parent: int) -> Targets:
+    def _reason(self, parent: int, reason: int | None = None) -> Targets:
         self.without += 1
-        return [tuple(self.ancestors(parent)) + (self.noprov,)], [1]
+        return [tuple(self.ancestors(parent)) + (self.noprov if reason is None else reason,)], [1]
 
     def resolve(self, i: int, parent_frame: Frame, frame: Frame) -> Targets | None:
         """Where unit root `i` goes, or None when it is not a unit (stays in place)."""
@@ -300,6 +306,8 @@ class _Attributor:
                 kp = mod.named(frame.name)
             if kp is not None and kp.traces:
                 return self.targets(parent, mod.file, [kp])
+            if kp is None and self.holds_replay(i):
+                return None  # the module's CUDA-graph runtime: its replayed leaves are units of their own
             return self._reason(parent) if has_gpu else None
         reg = self.region_of(parent)
         if reg is not None:
@@ -323,15 +331,27 @@ class _Attributor:
             return self._reason(parent) if has_gpu else None
         if frame.kind not in ACTIVITY_KINDS or not self.replayed[i]:
             return None
-        found = {k.traces: k for k in self.prov.by_name(frame.name) if k.traces}
-        if len(found) == 1:
-            return self.targets(parent, "", list(found.values()))
-        backward = BACKWARD_FRAME in [self.frames.frames[f] for f in self.ancestors(parent)]
-        kps = [k for (_, name), ks in self.learned().items() if name == frame.name for k in ks
-               if k.backward == backward and k.traces]
+        return self.replay(i, parent, frame)
+
+    def replay(self, i: int, parent: int, frame: Frame) -> Targets:
+        """A device leaf of a CUDA-graph replay: no op and no generated line launched it. The
+        generated module whose `call` runs the replay (else: the modules of its direction, by
+        `[backward]` above it) names the candidates: its kernels of that name (several calls of
+        one kernel share it equally), else, for a library kernel (cuBLAS), the extern calls that
+        launched it in the runs before the capture."""
+        g = int(self.near_gen[parent])
+        if g >= 0:
+            mods = [self.prov.modules[self.p.frames[int(self.p.cct.frame[g])].file]]
+        else:
+            backward = BACKWARD_FRAME in [self.frames.frames[f] for f in self.ancestors(parent)]
+            mods = [m for m in self.prov.modules.values() if m.backward == backward]
+        name = kernel_name(frame.name)
+        kps = [k for m in mods for k in m.kernels.values() if k.name == name and k.traces]
+        if not kps:
+            kps = [k for m in mods for k in self.learned().get((m.file, frame.name), []) if k.traces]
         if kps:
-            return self.targets(parent, "", kps)
-        return self._reason(parent)
+            return self.targets(parent, "|".join(m.file for m in mods), kps)
+        return self._reason(parent, self.not_learned)
 
     def _candidates(self) -> np.ndarray:
         """Nodes that may be units, in numpy: children of generated-code frames, nodes inside a
@@ -348,11 +368,24 @@ class _Attributor:
         tune = np.fromiter((is_autotuning(f) for f in frames), bool, len(frames))[cct.frame]
         self.tune_root = tune & ~propagate_down(cct, tune)[par]
         self.tune_root[0] = False
-        under_gen = propagate_down(cct, gen[cct.frame])
-        self.replayed = leaf[cct.frame] & propagate_down(cct, graph[cct.frame])[par] & ~under_gen[par]
+        # A CUDA-graph replay launches from Inductor's runtime, which runs beneath the generated
+        # module's `call` (`mode="reduce-overhead"`): a device leaf is replayed when the nearest
+        # runtime frame above it is nearer than the nearest generated-code frame.
+        self.near_gen = nearest_marked(cct, gen[cct.frame])
+        near_graph = nearest_marked(cct, graph[cct.frame])
+        g, r = self.near_gen[par], near_graph[par]
+        depth = cct.depth
+        self.replayed = leaf[cct.frame] & (r >= 0) & ((g < 0) | (depth[np.maximum(r, 0)] > depth[np.maximum(g, 0)]))
+        self.replayed[0] = False
+        self._replays_upto = np.cumsum(self.replayed)
         cand = gen[cct.frame][par] | propagate_down(cct, region[cct.frame])[par] | self.replayed | self.tune_root
         cand[0] = False
         return cand
+
+    def holds_replay(self, i: int) -> bool:
+        """Whether node i's subtree holds replayed device leaves."""
+        c = self._replays_upto
+        return bool(c[int(self.p.cct.end[i]) - 1] - (c[i - 1] if i else 0) > 0)
 
     def run(self) -> Profile:
         """The old tree keeps its node ids; units are copied under their new paths (appended),

@@ -113,7 +113,7 @@ class CompiledModule:
 
     def named(self, name: str) -> KernelProvenance | None:
         """The kernel of this module with that name, if exactly one has it."""
-        name = _GRAPH_PREFIX.sub("", name)
+        name = kernel_name(name)
         found = [k for k in self.kernels.values() if k.name == name]
         return found[0] if len(found) == 1 else None
 
@@ -125,6 +125,12 @@ class CompiledModule:
             return []
         want = op[len("aten::"):]
         return [k for k in self.kernels.values() if _extern_op(k.name) == want]
+
+
+def kernel_name(recorded: str) -> str:
+    """The generated code's name of a kernel as a recording names it (`graph_N_` prefixes of
+    profiled C++ kernels dropped; Triton's device kernels carry their generated name)."""
+    return _GRAPH_PREFIX.sub("", recorded)
 
 
 def _extern_op(name: str) -> str:
@@ -418,7 +424,7 @@ class Provenance:
     def by_name(self, name: str) -> list[KernelProvenance]:
         """Every kernel, over all modules, that carries this name (the device kernel's name for
         Triton kernels; `graph_N_` prefixes of profiled C++ kernels are ignored)."""
-        name = _GRAPH_PREFIX.sub("", name)
+        name = kernel_name(name)
         return [k for m in self.modules.values() for k in m.kernels.values() if k.name == name]
 
     def to_dict(self) -> dict[str, Any]:
