@@ -129,6 +129,9 @@ def line_shares(prof: object, model_file: str | None) -> dict:
             "no_provenance_pct": pct(under(NO_PROVENANCE.name) + under(NOT_LEARNED.name)),
             "non_def_pct": pct(sum(r["gpu_ns"] for r in rows if not r["def"])),
             "model_non_def_pct": pct(sum(r["gpu_ns"] for r in rows if r["model"] and not r["def"])),
+            # the same, of the time the model's steps run (autotuning is compile-time work, once)
+            "model_non_def_pct_of_run": round(100.0 * sum(r["gpu_ns"] for r in rows if r["model"] and not r["def"])
+                                              / max(1, total - under(AUTOTUNING.name)), 2),
             "top_line_pct": pct(rows[0]["gpu_ns"]) if rows else 0.0,
             "lines": [dict(r, pct=pct(r["gpu_ns"])) for r in rows[:25]]}
 

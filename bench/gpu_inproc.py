@@ -9,7 +9,8 @@ Each profiler gets its own process: CUPTI takes one subscriber, and torch.profil
 keeps its subscription once it has run.
 
     python bench/gpu_inproc.py dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
-prints one JSON line: median step (ms) unprofiled and profiled, and the ratio.
+prints one JSON line: median step (ms) unprofiled and profiled, and the ratio; also the median
+before the profiler first ran (pristine) and the profiled steps' ratio to it.
 
     python bench/gpu_inproc.py after [ROUNDS] [BLOCK]
 is what `--steps A:B` leaves behind: ROUNDS blocks unprofiled, one block under dlpt (switched on
@@ -111,6 +112,9 @@ def main() -> None:
             proton.deactivate(s)
     else:
         raise SystemExit(f"unknown profiler {which!r}")
+    # Before any profiler ran: a profiler that stays attached once switched off (CUPTI does,
+    # until finalized) slows the unprofiled blocks between its profiled ones too.
+    pristine = [t for _ in range(max(2, rounds // 3)) for t in [step() for _ in range(block)][1:]]
     none: list[float] = []
     prof: list[float] = []
     for _ in range(rounds):
@@ -120,8 +124,10 @@ def main() -> None:
         prof += [step() for _ in range(block)][1:]  # the first step of a block warms the profiler
         off(h)
     a, b = statistics.median(none) * 1e3, statistics.median(prof) * 1e3
-    print(json.dumps({"profiler": which, "unprofiled_ms": round(a, 3), "profiled_ms": round(b, 3),
-                      "ratio": round(b / a, 4), "steps_each": len(none), "device": torch.cuda.get_device_name(0)}))
+    p0 = statistics.median(pristine) * 1e3
+    print(json.dumps({"profiler": which, "pristine_ms": round(p0, 3), "unprofiled_ms": round(a, 3),
+                      "profiled_ms": round(b, 3), "ratio": round(b / a, 4), "ratio_to_pristine": round(b / p0, 4),
+                      "steps_each": len(none), "device": torch.cuda.get_device_name(0)}))
     if which == "proton":
         import triton.profiler as proton
 

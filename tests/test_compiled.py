@@ -349,6 +349,15 @@ def test_cuda_graph_replays_by_module_and_direction():
     check_conserved(learned, placed)
     gemms = [i for i in nodes_named(placed, "sm90_xmma_gemm") if lines_above(placed, i)[-1] == (MODEL, 9)]
     assert sum(int(placed.cct.inclusive[i, COL["kernel_time"]]) for i in gemms) == 14
+    # cudagraph trees' warm-up runs the generated code under a dispatch mode: Python frames, not
+    # the aten op, lie between the generated line and the launch; the line still names the call
+    ops = py("/x/site-packages/torch/_ops.py", 865, "__call__")
+    warm = build([(CALL + [py(GEN, 52, "call"), ops, kernel("sm90_xmma_gemm")], 5), (replay + [kernel("sm90_xmma_gemm")], 9)])
+    placed = attribute_compiled(warm, prov)
+    check_conserved(warm, placed)
+    assert not nodes_named(placed, NOT_LEARNED.name)
+    gemms = [i for i in nodes_named(placed, "sm90_xmma_gemm") if (MODEL, 9) in lines_above(placed, i)]
+    assert sum(int(placed.cct.inclusive[i, COL["kernel_time"]]) for i in gemms) == 14
 
 
 def test_region_without_generated_frames():

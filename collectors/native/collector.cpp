@@ -251,7 +251,7 @@ void stop() {
 
 void flush(bool forced) {
 #if defined(DLPT_CUPTI)
-  if (g_device_on.load()) device_flush(forced);
+  device_flush_if_on(forced);
 #else
   (void)forced;
 #endif

@@ -244,25 +244,29 @@ class _Attributor:
         return hit
 
     def learned(self) -> dict[tuple[str, str], list[KernelProvenance]]:
-        """(module file, device kernel name) → the extern kernels whose aten op launched it, in
-        the runs before a CUDA-graph capture: how a replayed cuBLAS kernel is recognised."""
+        """(module file, device kernel name) → the kernels of that module whose calls launched
+        it in the runs before a CUDA-graph capture (cudagraph trees' warm-up runs the generated
+        code eagerly): how a replayed cuBLAS kernel is recognised. The generated line above the
+        launch names the call, whatever lies between (an aten op, or Python of a dispatch mode
+        that cudagraph trees runs the warm-up under); inside a region with no generated frame,
+        the aten op's name does."""
         if self._learned is None:
             learned: dict[tuple[str, str], list[KernelProvenance]] = {}
             cct = self.p.cct
             frames = self.p.frames
             kinds = np.array([f.kind in ACTIVITY_KINDS for f in frames], dtype=bool)
-            for i in np.flatnonzero(kinds[cct.frame]).tolist():
+            for i in np.flatnonzero(kinds[cct.frame] & ~self.replayed).tolist():
                 up = int(cct.parent[i])
-                op = frames[int(cct.frame[up])]
-                if up <= 0 or op.kind != "op" or not op.name.startswith("aten::"):
-                    continue
-                gen = frames[int(cct.frame[cct.parent[up]])]
-                mod = self.prov.modules.get(gen.file) if gen.kind == "python" else None
-                if mod is not None:
+                g = int(self.near_gen[up])
+                pairs: list[tuple[CompiledModule, list[KernelProvenance]]] = []
+                if g >= 0:
+                    gen = frames[int(cct.frame[g])]
+                    mod = self.prov.modules[gen.file]
                     kp = mod.at_line(gen.line)
-                    pairs = [(mod, [kp] if kp is not None else [])]
+                    pairs = [(mod, [kp])] if kp is not None else []
                 else:
-                    reg = self.region_of(int(cct.parent[up]))
+                    op = frames[int(cct.frame[up])]
+                    reg = self.region_of(int(cct.parent[up])) if op.kind == "op" and op.name.startswith("aten::") else None
                     pairs = [(m, m.calling_op(op.name)) for m in self.modules_of(reg)] if reg is not None else []
                 name = frames[int(cct.frame[i])].name
                 for m, ks in pairs:
