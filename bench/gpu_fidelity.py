@@ -56,7 +56,9 @@ def compare(doc: dict[str, Any], truth: dict[str, Any], src: str) -> dict[str, A
     """Per marked group: dlpt self/total ns on its lines vs the CUDA events; bytes; shares."""
     marks = markers(src)
     base = os.path.basename(src)
-    total_ns = doc["summary"][doc.get("metric", "gpu_time")] * 1000  # the summary is in µs, rows in ns
+    metric = doc.get("metric", "gpu_time")
+    # The report's JSON names its units (ns since it did); older ones gave the summary in µs.
+    total_ns = doc["summary"][metric] * (1 if doc.get("unit", "us") == "ns" else 1000)
     per_line: dict[int, dict[str, Any]] = {}
     unmarked: list[tuple[str, int]] = []
     for row in doc["rows"]:
