@@ -8,8 +8,9 @@ import os
 import numpy as np
 
 from dlpt.cct import CCT, TreeBuilder
+from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
-from dlpt.collectors.kineto.link import LinkResult, _Columns, link_columns, link_trace  # noqa: F401
+from dlpt.collectors.kineto.link import LinkResult, link_columns, link_trace  # noqa: F401
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import collective_mask, exclusive_matrix
 from dlpt.profile import Activities, Profile
@@ -84,13 +85,13 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     return finish(builder, frames, out, meta)
 
 
-def _read(path: str) -> tuple[Trace, _Columns]:
+def _read(path: str) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns; large files a slice
     at a time (decode.py), so that the decoded events of only one slice are alive at once."""
     sliced = decode_chunks(path)
     if sliced is not None:
         meta, slices = sliced
-        cols = _Columns()
+        cols = Columns()
         try:
             for events in slices:
                 cols.add(events)
@@ -98,7 +99,7 @@ def _read(path: str) -> tuple[Trace, _Columns]:
         except Unsplittable:
             pass
     trace = decode(path)
-    cols = _Columns()
+    cols = Columns()
     cols.add(trace.traceEvents)
     trace.traceEvents = []  # the columns hold what linking needs
     return trace, cols

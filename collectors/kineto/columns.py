@@ -1,0 +1,170 @@
+"""The first pass over a Kineto trace's events: host spans, GPU events, fwdbwd flows and thread
+names sorted into columns (times as integer nanoseconds), which link.py then links."""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import attrgetter
+
+import numpy as np
+
+from dlpt.collectors.kineto.decode import GPU_CATS, HOST_CATS, LAUNCH, OP, as_int
+from dlpt.metrics import MEMCPY_OTHER, copy_kind
+
+
+def _ns(x: object) -> int | None:
+    """Microseconds (as Kineto writes them, with ns decimals) to integer nanoseconds."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    if x != x or x in (float("inf"), float("-inf")):
+        return None
+    return round(x * 1000)
+
+
+# Event classes of the first pass: ph codes and category codes, looked up a column at a time.
+_PH_X, _PH_S, _PH_F, _PH_M = 1, 2, 3, 4
+_PH_CODE = {"X": _PH_X, "s": _PH_S, "f": _PH_F, "M": _PH_M}
+_GPU0 = 8  # category codes: host span kinds + 1, GPU kinds + _GPU0, fwdbwd
+_FWDBWD = 20
+_CAT_CODE = {**{c: k + 1 for c, k in HOST_CATS.items()}, **{c: k + _GPU0 for c, k in GPU_CATS.items()},
+             "fwdbwd": _FWDBWD}
+# Nanoseconds beyond this are damage (a year is 3e16 ns): skipping them keeps every sum and
+# `start + duration` inside int64.
+_NS_LIMIT = 1 << 62
+_KEY = attrgetter("pid", "tid")  # an event's thread key
+
+
+def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """(nanoseconds, valid) of microsecond values, as `_ns` gives them one at a time, plus the
+    int64 range check. A column of floats (what Kineto writes) goes through numpy: `rint` rounds
+    half to even as `round` does, and float products are the same IEEE operation in both."""
+    kinds = set(map(type, values))
+    n = len(values)
+    if kinds <= {float, int}:
+        x = np.asarray(values, dtype=np.float64) * 1000.0
+        # Ints (an event with no `dur` has 0) are exact in float64 while the product stays
+        # under 2**53; past that only Python's integers give the same answer.
+        if int not in kinds or not len(x) or np.abs(x).max() < 2.0**53:
+            ok = np.abs(x) < _NS_LIMIT  # false for nan and inf too
+            return np.where(ok, np.rint(x), 0).astype(np.int64), ok
+    ns = [_ns(v) for v in values]  # ints keep exact integer arithmetic; None and damage fail
+    ok = np.fromiter((v is not None and -_NS_LIMIT < v < _NS_LIMIT for v in ns), dtype=bool, count=n)
+    return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
+
+
+class Columns:
+    """The first pass: host spans, GPU events, fwdbwd flows and thread names, in event order.
+
+    Events come in chunks (`add`), so that the decoded structs of a large trace need not all be
+    alive at once (decode.py's `decode_chunks`); what is kept of each is a few numbers and its
+    name. Columns are pulled out of the structs with one comprehension each and classified with
+    numpy, rather than with a Python loop doing a dozen checks per event: the events are already
+    typed, and damaged ones arrive with `ts=None`, so what remains to check is the values (range,
+    negative durations), not the types."""
+
+    def __init__(self) -> None:
+        self.kind: list[np.ndarray] = []
+        self.start: list[np.ndarray] = []
+        self.end: list[np.ndarray] = []
+        self.thread: list[np.ndarray] = []
+        self.name: list[str] = []
+        self.seq: list[np.ndarray] = []
+        self.n = 0  # spans so far
+        self.launch_of_corr: dict[int, int] = {}
+        self.gpu: list[tuple] = []
+        self.flow_s: dict[object, tuple[int, int]] = {}
+        self.flow_f: dict[object, tuple[int, int]] = {}
+        self.thread_ids: dict[tuple, int] = {}
+        self.thread_names: dict[tuple, str] = {}
+        self.skipped = 0
+        self._names: dict[str, str] = {}  # one str object per distinct name
+
+    def add(self, events: list) -> None:
+        n_ev = len(events)
+        ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+        cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+        # --- spans and GPU events: validate times together ---
+        cand = np.flatnonzero((ph == _PH_X) & (cat > 0) & (cat < _FWDBWD))
+        sub = [events[i] for i in cand.tolist()]
+        s, ok_s = _ns_column([e.ts for e in sub])
+        d, ok_d = _ns_column([e.dur for e in sub])
+        ok = ok_s & ok_d & (d >= 0)
+        self.skipped += len(sub) - int(ok.sum())
+        ccat = cat[cand]
+        h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
+        hsub = [sub[i] for i in h_idx.tolist()]
+        h_kind = ccat[h_idx].astype(np.int64) - 1
+        names = [e.name for e in hsub]
+        self.name.extend(map(self._names.setdefault, names, names))
+        h_start = s[h_idx]
+        self.kind.append(h_kind)
+        self.start.append(h_start)
+        self.end.append(h_start + d[h_idx])
+        # --- flows ---
+        f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD))
+        fsub = [events[i] for i in f_idx.tolist()]
+        fs_ns, f_ok = _ns_column([e.ts for e in fsub])
+        keep = np.flatnonzero(f_ok)
+        fsub = [fsub[i] for i in keep.tolist()]
+        f_idx, fs_ns = f_idx[keep], fs_ns[keep]
+        # --- thread ids: (pid, tid) keys numbered by first appearance, spans and flows together ---
+        h_keys = list(map(_KEY, hsub))
+        f_keys = list(map(_KEY, fsub))
+        thread_ids = self.thread_ids
+        new = [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
+        if new:
+            # Position of each key's first event: filled from the back, so the first one stays.
+            first = dict(zip(reversed(f_keys), reversed(f_idx.tolist())))
+            first_h = dict(zip(reversed(h_keys), reversed(cand[h_idx].tolist())))
+            for k in sorted(new, key=lambda k: min(first.get(k, 1 << 62), first_h.get(k, 1 << 62))):
+                thread_ids[k] = len(thread_ids)
+        self.thread.append(np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys)))
+        if fsub:
+            f_thread = map(thread_ids.__getitem__, f_keys)
+            f_val = zip(f_thread, fs_ns.tolist())
+            # Later flows with the same id replace earlier ones, in event order, as before.
+            for e, v in zip(fsub, f_val):
+                (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = v
+        # --- args: sequence numbers of ops, correlations of launches ---
+        n0 = self.n
+        seq = np.full(len(hsub), -1, dtype=np.int64)
+        op_j = np.flatnonzero(h_kind == OP)
+        if len(op_j):
+            args = [hsub[j].args for j in op_j.tolist()]
+            seq[op_j] = [-1 if a is None else a.seq for a in args]
+        self.seq.append(seq)
+        launch_of_corr = self.launch_of_corr
+        for j in np.flatnonzero(h_kind == LAUNCH).tolist():
+            a = hsub[j].args
+            if a is not None and a.correlation >= 0:
+                launch_of_corr.setdefault(a.correlation, n0 + j)
+        self.n = n0 + len(hsub)
+        # --- GPU events ---
+        gpu = self.gpu
+        g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
+        for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
+            e = sub[j]
+            a = e.args
+            if a is not None:
+                corr, dev, stream, nb = a.correlation, a.device, a.stream, a.bytes
+            else:
+                corr, dev, stream, nb = -1, -1, -1, 0
+            if dev < 0:
+                dev = as_int(e.pid)
+            if stream < 0:
+                stream = as_int(e.tid)
+            if gk == MEMCPY_OTHER:
+                gk = copy_kind(e.name)
+            gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
+        # --- thread names ---
+        for i in np.flatnonzero(ph == _PH_M).tolist():
+            e = events[i]
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
+                self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(kind, thread, start, end, sequence number) of all spans."""
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+        return cat(self.kind), cat(self.thread), cat(self.start), cat(self.end), cat(self.seq)
