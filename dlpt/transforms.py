@@ -151,3 +151,18 @@ def prune_empty(profile: Profile) -> Profile:
     frames = [f for f, u in zip(profile.frames, used.tolist()) if u]
     act = replace(acts, node=new_id[acts.node], name=frame_id[acts.name])
     return replace(profile, frames=frames, cct=CCT(parent, frame_id[frame], cct.exclusive[idx]), activities=act)
+
+
+def drop_subtrees(profile: Profile, drop: np.ndarray) -> Profile:
+    """The profile without the `drop` nodes (whole subtrees, all metrics zero): preorder kept."""
+    if not drop.any():
+        return profile
+    cct = profile.cct
+    keep = ~drop
+    keep[0] = True
+    new_id = np.cumsum(keep) - 1
+    idx = np.flatnonzero(keep)
+    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
+    acts = profile.activities
+    return replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
+                   activities=replace(acts, node=new_id[acts.node]))

@@ -15,11 +15,11 @@ import pytest
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto.link import BACKWARD_FRAME
+from dlpt.collectors.record.compiled_frames import REGION_PREFIX
 from dlpt.collectors.record.fused import (
     AUTOTUNING,
     NO_PROVENANCE,
     NOT_LEARNED,
-    REGION_PREFIX,
     attribute_compiled,
 )
 from dlpt.collectors.record.provenance import (
@@ -741,7 +741,7 @@ def test_start_does_not_import_inductor_until_the_program_does(tmp_path):
     assert got["imported_at_start"] is False
     assert got["lines"] == [markers(path.read_text())["f"]]
     # the mix-order reduction hook is on Triton's codegen while recording, and only then
-    assert got["hooked"].startswith("_handle_mix_order_kernels.") and got["after_stop"] == "TritonScheduling.codegen_comment"
+    assert got["hooked"].startswith("handle_mix_order_kernels.") and got["after_stop"] == "TritonScheduling.codegen_comment"
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -59,41 +59,25 @@ recorder that reads Python frames inside regions gives them their own lines (rul
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
+from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
-from dlpt.collectors.record.shares import split_int, transport
+from dlpt.collectors.record.shares import split_activities, split_int
 from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library, source_frame
-from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL
+from dlpt.metrics import COL
 from dlpt.profile import Profile
-from dlpt.transforms import nearest_marked, propagate_down
+from dlpt.transforms import drop_subtrees, nearest_marked, propagate_down
 
 NO_PROVENANCE = unattributed_frame("no provenance")
 # A library kernel (cuBLAS) replayed from a CUDA graph names no compiled kernel; only the runs
 # that captured the graph show which extern call launched it (`--steps` from before the capture).
 NOT_LEARNED = unattributed_frame("no provenance: library kernel in a CUDA-graph replay whose capture was not recorded")
 AUTOTUNING = Frame("op", "[torch.compile autotuning]")
-# Frames that benchmark candidate kernels: Triton configs on a kernel's first run, max-autotune's
-# choices while compiling. The outermost one on a path heads an autotuning subtree.
-_AUTOTUNE_FILE = re.compile(r"/_inductor/(?:runtime/benchmarking|select_algorithm|autotune_process"
-                            r"|runtime/coordinate_descent_tuner)\.py$")
-_AUTOTUNE_FUNCS = frozenset({"autotune_to_one_config", "benchmark_all_configs", "coordinate_descent_tuning"})
-
-
-def is_autotuning(f: Frame) -> bool:
-    return f.kind == "python" and (bool(_AUTOTUNE_FILE.search(f.file)) or (
-        f.function in _AUTOTUNE_FUNCS and f.file.endswith("/_inductor/runtime/triton_heuristics.py")))
-REGION_PREFIX = "Torch-Compiled Region: "
-# Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
-# (Not compile_fx.py: kernels benchmarked while compiling run under it, and are not the model's.)
-_CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils)\.py$")
-# Activity columns that add up (split between shares); the others (start, device...) are copied.
-_ADDITIVE = ("duration", "bytes", "count")
 
 
 class _Frames:
@@ -134,18 +118,6 @@ def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None 
     return len(anc)
 
 
-def _transparent(f: Frame) -> bool:
-    """Frames between a compiled region's op and its kernels that say nothing of which kernel:
-    the autograd wrappers of the compiled graphs, Inductor's `## Call CompiledFxGraph ##`
-    annotation, the backward marker, library Python frames."""
-    if f.kind == "op":
-        return f.name in _WRAPPER_OPS or f.name.startswith(("## ", "autograd::engine::evaluate_function: Compiled"))
-    if f.kind == "backward":
-        return True
-    return f.kind == "python" and is_library(f) and "torchinductor" not in f.file
-
-
-_WRAPPER_OPS = frozenset({"CompiledFunction", "CompiledFunctionBackward"})
 Targets = tuple[list[tuple[int, ...]], list[int]]
 Region = tuple[tuple[str, ...], bool, int]  # (compile ids, under [backward], depth of the anchor op)
 
@@ -199,7 +171,7 @@ class _Attributor:
             elif f.kind == "op" and f.name == "CompiledFunction" and r is None:
                 ids = self._forward_ids(int(cct.parent[n]))
                 r = (ids, False, int(cct.depth[n]) - 1) if ids else None
-            elif r is not None and _transparent(f):
+            elif r is not None and is_transparent(f):
                 r = (r[0], r[1] or f.kind == "backward", r[2])
             else:
                 r = None
@@ -317,7 +289,7 @@ class _Attributor:
         if reg is not None:
             # No generated-code frame (a recording reads no Python frames while an op is open):
             # the region's compile id names the module, the kernel's or op's name the kernel.
-            if _transparent(frame) or frame.file in self.prov.modules or (
+            if is_transparent(frame) or frame.file in self.prov.modules or (
                     frame.kind == "op" and frame.name.startswith(REGION_PREFIX)):
                 return None
             mods = self.modules_of(reg)
@@ -366,7 +338,7 @@ class _Attributor:
         gen = np.fromiter((f.kind == "python" and f.file in self.prov.modules for f in frames), bool, len(frames))
         region = np.fromiter((f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction")
                               for f in frames), bool, len(frames))
-        graph = np.fromiter((bool(_CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
+        graph = np.fromiter((bool(CUDAGRAPH_RUNTIME.search(f.file)) for f in frames), bool, len(frames))
         leaf = np.fromiter((f.kind in ACTIVITY_KINDS for f in frames), bool, len(frames))
         par = np.maximum(cct.parent, 0)
         tune = np.fromiter((is_autotuning(f) for f in frames), bool, len(frames))[cct.frame]
@@ -465,7 +437,7 @@ class _Attributor:
                 idx.append(np.asarray(ids, dtype=np.int64))
                 rows.append(s)
         exc = sum_rows(new_of_old[np.concatenate(idx)], np.concatenate(rows), len(bparent))
-        acts = self._activities(first, copies, shares, weights, new_of_old)
+        acts = split_activities(p.activities, first, copies, shares, weights, new_of_old)
         out = replace(p, frames=frames, cct=CCT(bparent, bframe, exc), activities=acts)
         # The generated-code frames the units left are empty now: drop them (and only them), so
         # the compiled call's line does not keep a row of zeros per kernel call.
@@ -478,7 +450,7 @@ class _Attributor:
         drop = had & ~out.cct.inclusive.any(axis=1)
         if weights:  # the moved units' old places
             drop[new_of_old[np.fromiter(weights, dtype=np.int64, count=len(weights))]] = True
-        out = _drop(out, propagate_down(out.cct, drop))
+        out = drop_subtrees(out, propagate_down(out.cct, drop))
         # What a reader needs to trust the tree: how much was placed by provenance, how much not.
         out.meta = {**p.meta, "compiled_provenance": {
             "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
@@ -486,59 +458,6 @@ class _Attributor:
             "autotuning_subtrees": self.tuned,
             "share": "equal between a kernel's source lines"}}
         return out
-
-    def _activities(self, first: np.ndarray, copies: dict[int, list[int]], shares: dict[int, np.ndarray],
-                    weights: dict[int, list[int]], new_of_old: np.ndarray):  # noqa: ANN202
-        a = self.p.activities
-        cols = {f.name: getattr(a, f.name) for f in fields(a)}
-        if not len(a):
-            return a
-        split_rows = np.flatnonzero(np.isin(a.node, np.fromiter(copies, dtype=np.int64, count=len(copies))))
-        keep = np.ones(len(a), dtype=bool)
-        keep[split_rows] = False
-        out = {k: [v[keep]] for k, v in cols.items()}
-        out["node"] = [new_of_old[first[a.node[keep]]]]
-        order = split_rows[np.lexsort((a.kind[split_rows], a.node[split_rows]))]
-        groups = np.split(order, np.flatnonzero(np.diff(a.node[order] * 8 + a.kind[order])) + 1) if len(order) else []
-        for g in groups:
-            node = int(a.node[g[0]])
-            kind = int(a.kind[g[0]])
-            k = len(copies[node])
-            parts: dict[str, np.ndarray] = {}
-            for name in _ADDITIVE:
-                if name not in cols:
-                    continue
-                vals = cols[name][g].astype(np.int64)
-                col = {"duration": _KIND_TIME_COL[kind], "count": _KIND_COUNT_COL[kind]}.get(name, _KIND_BYTES_COL.get(kind))
-                target = shares[node][:, col] if col is not None else None
-                if target is not None and int(target.sum()) == int(vals.sum()):
-                    parts[name] = transport(vals, target)  # (rows, shares)
-                else:
-                    parts[name] = split_int(vals, weights[node]).T
-            for name, v in cols.items():
-                if name == "node":
-                    out[name].append(np.tile(new_of_old[np.asarray(copies[node], dtype=np.int64)], len(g)))
-                elif name in parts:
-                    out[name].append(parts[name].ravel())
-                else:
-                    out[name].append(np.repeat(v[g], k))
-        merged = {k: np.concatenate(v).astype(cols[k].dtype, copy=False) for k, v in out.items()}
-        return replace(a, **merged)
-
-
-def _drop(profile: Profile, drop: np.ndarray) -> Profile:
-    """The profile without the `drop` nodes (whole subtrees, all metrics zero): preorder kept."""
-    if not drop.any():
-        return profile
-    cct = profile.cct
-    keep = ~drop
-    keep[0] = True
-    new_id = np.cumsum(keep) - 1
-    idx = np.flatnonzero(keep)
-    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
-    acts = profile.activities
-    return replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
-                   activities=replace(acts, node=new_id[acts.node]))
 
 
 def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
@@ -549,7 +468,7 @@ def attribute_compiled(profile: Profile, provenance: Provenance) -> Profile:
     if not provenance or len(profile.cct) < 2:
         return profile
     gen_files = set(provenance.modules)
-    if not any((f.kind == "python" and f.file in gen_files) or _CUDAGRAPH_RUNTIME.search(f.file)
+    if not any((f.kind == "python" and f.file in gen_files) or CUDAGRAPH_RUNTIME.search(f.file)
                or (f.kind == "op" and (f.name.startswith(REGION_PREFIX) or f.name == "CompiledFunction"))
                for f in profile.frames):
         return profile

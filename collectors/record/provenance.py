@@ -48,10 +48,8 @@ Kernel names are unique within one generated module only (every module has its
 name alone (`by_name`) serves where no generated-code frame is on the path (CUDA-graph
 replays under `mode="reduce-overhead"`); the attribution uses it only when it is unambiguous.
 
-Inductor leaves `trace.*` config out of its cache keys: a graph cached by an unrecorded run
-would be served without provenance. `start()` therefore installs a post-grad custom pass that
-does nothing but add dlpt's mark to the key (`_marked_pass`): recorded runs get cache entries
-of their own, compiled with provenance (cold the first time, warm after).
+The hooks `start()` installs in Inductor (an import hook, a cache-key mark, the mix-order
+reduction kernels' provenance) are in inductor_hooks.py, each with why it is needed.
 
 Nothing here changes what the program computes: level 2 adds comments to generated code and
 a dict to the compile; the mark pass does nothing; the wrapper around `post_compile` only
@@ -60,7 +58,6 @@ reads.
 
 from __future__ import annotations
 
-import importlib.abc
 import json
 import os
 import re
@@ -68,6 +65,15 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from dlpt.collectors.record.inductor_hooks import (
+    OUTPUT_CODE,
+    TRITON_CODEGEN,
+    AfterImport,
+    handle_mix_order_kernels,
+    marked_pass,
+    module_file,
+)
 
 HANDLE_COMMENT = "[Provenance debug handles] "
 _TRACE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
@@ -261,7 +267,7 @@ class Provenance:
         # time is the metric (no GPU); Triton and extern kernels need nothing.
         self.cpu_kernels = cpu_kernels
         self._saved_pass: Any = None
-        self._waiting: _AfterImport | None = None
+        self._waiting: AfterImport | None = None
         self._lock = threading.Lock()
         self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
         self._saved_cpu: bool | None = None
@@ -275,7 +281,7 @@ class Provenance:
         self._original: Any = None
         self._owner: Any = None
         self._unpatch: Any = None
-        self._waiting_codegen: _AfterImport | None = None
+        self._waiting_codegen: AfterImport | None = None
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -290,10 +296,10 @@ class Provenance:
             return
         if self.cwd is None:
             self.cwd = os.getcwd()
-        if _WATCHED in sys.modules:
+        if OUTPUT_CODE in sys.modules:
             self._install()
         else:
-            self._waiting = _AfterImport(_WATCHED, self._install)
+            self._waiting = AfterImport(OUTPUT_CODE, self._install)
             sys.meta_path.insert(0, self._waiting)
 
     def _install(self) -> None:
@@ -311,7 +317,7 @@ class Provenance:
             self._saved_cpu = inductor_config.cpp.enable_kernel_profile
             inductor_config.cpp.enable_kernel_profile = True
         self._saved_pass = inductor_config.post_grad_custom_post_pass
-        marked = _marked_pass(self._saved_pass)
+        marked = marked_pass(self._saved_pass)
         if marked is not None:
             inductor_config.post_grad_custom_post_pass = marked
         original = CompiledFxGraph.post_compile
@@ -327,18 +333,18 @@ class Provenance:
         post_compile.__wrapped__ = original  # type: ignore[attr-defined]
         self._original, self._owner = original, CompiledFxGraph
         CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
-        if _TRITON_CODEGEN in sys.modules:
-            self._unpatch = _handle_mix_order_kernels()
+        if TRITON_CODEGEN in sys.modules:
+            self._unpatch = handle_mix_order_kernels()
         else:
             # Importing it here, inside output_code's own first import, is a circular import;
             # a program on a CPU never imports it at all.
-            self._waiting_codegen = _AfterImport(_TRITON_CODEGEN, self._patch_codegen)
+            self._waiting_codegen = AfterImport(TRITON_CODEGEN, self._patch_codegen)
             sys.meta_path.insert(0, self._waiting_codegen)
 
     def _patch_codegen(self) -> None:
         self._codegen_done()
         if self._original is not None and self._unpatch is None:
-            self._unpatch = _handle_mix_order_kernels()
+            self._unpatch = handle_mix_order_kernels()
 
     def _codegen_done(self) -> None:
         if self._waiting_codegen is not None:
@@ -385,7 +391,7 @@ class Provenance:
         source = getattr(graph, "source_code", None)
         if not source:
             return  # AOTInductor and other outputs without a Python wrapper
-        file = _module_file(graph)
+        file = module_file(graph)
         if not file:
             return
         backward = bool(graph_kwargs.get("is_backward")) if hasattr(graph_kwargs, "get") else False
@@ -448,130 +454,3 @@ class Provenance:
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)
         return out
-
-
-_WATCHED = "torch._inductor.output_code"
-_TRITON_CODEGEN = "torch._inductor.codegen.triton"
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls `then()` right after module `name` has been executed by its first import."""
-
-    def __init__(self, name: str, then: Any) -> None:
-        self.name = name
-        self.then = then
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            # Another recording's hook (dlpt.profile inside dlpt record) would ask this one back.
-            if isinstance(finder, _AfterImport) or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _ThenLoader(spec.loader, self.then)
-                return spec
-        return None
-
-
-class _ThenLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, then: Any) -> None:
-        self.inner = inner
-        self.then = then
-
-    def create_module(self, spec: Any) -> Any:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.inner.exec_module(module)
-        self.then()
-
-
-def _handle_mix_order_kernels() -> Any:
-    """Give Inductor's mix-order reduction kernels the provenance every other kernel gets.
-
-    Layer-norm and RMS-norm backward fuse their row and column reductions into one "mix order
-    reduction" kernel (`triton.mix_order_reduction`, on by default on GPUs): 10-17% of nanoGPT's
-    compiled GPU time. Inductor writes its `Topologically Sorted Source Nodes` comment but calls
-    `codegen_comment(node_schedule, None)`, so no provenance is recorded and no handle written for
-    it. Here the schedule of such a call is kept until the kernel's `call_kernel(name)`, which
-    then records it and writes the handle, as `codegen_comment` does for the other kernels.
-    Comments and the provenance map only: the kernel and its call are unchanged. Returns the
-    undo, or None where this torch has no such code path."""
-    try:
-        from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
-        from torch._inductor.debug import set_kernel_post_grad_provenance_tracing
-        from torch._inductor.virtualized import V
-    except ImportError:
-        return None
-    comment, call = TritonScheduling.__dict__.get("codegen_comment"), TritonKernel.__dict__.get("call_kernel")
-    if comment is None or call is None:
-        return None
-    pending = threading.local()
-
-    def codegen_comment(self: Any, node_schedule: Any, kernel_name: Any = None) -> Any:
-        pending.schedule = node_schedule if kernel_name is None else None
-        return comment(self, node_schedule, kernel_name)
-
-    def call_kernel(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-        schedule, pending.schedule = getattr(pending, "schedule", None), None
-        if schedule is not None:
-            try:
-                handle = set_kernel_post_grad_provenance_tracing(schedule, name)
-                V.graph.wrapper_code.write_provenance_debug_handle(name, handle)
-            except Exception:  # noqa: BLE001 - provenance is an extra; the kernel call must still be written
-                pass
-        return call(self, name, *args, **kwargs)
-
-    TritonScheduling.codegen_comment = codegen_comment  # type: ignore[method-assign]
-    TritonKernel.call_kernel = call_kernel  # type: ignore[method-assign]
-
-    def undo() -> None:
-        TritonScheduling.codegen_comment = comment  # type: ignore[method-assign]
-        TritonKernel.call_kernel = call  # type: ignore[method-assign]
-
-    return undo
-
-
-MARK = "dlpt-provenance/2"  # 2: mix-order reduction kernels carry provenance
-
-
-def _marked_pass(current: Any) -> Any:
-    """A post-grad custom pass that changes nothing but the compile-cache key.
-
-    Inductor leaves `trace.*` config out of its FX-graph and AOTAutograd cache keys, so a graph
-    cached by a run without provenance would be served to a recorded run: no comments, no map.
-    A custom pass's `uuid()` is part of the key: with dlpt's mark, recorded runs get entries of
-    their own, made with provenance (cold the first time, warm after). A user's own pass keeps
-    running inside it; a plain callable already disables caching and is left alone (None)."""
-    from torch._inductor.custom_graph_pass import CustomGraphPass
-
-    class Marked(CustomGraphPass):
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        def __call__(self, graph: Any) -> None:
-            if self.inner is not None:
-                self.inner(graph)
-
-        def uuid(self) -> Any:
-            return (MARK, self.inner.uuid()) if self.inner is not None else MARK
-
-    if current is None or isinstance(current, CustomGraphPass):
-        return Marked(current)
-    return None
-
-
-def _module_file(graph: Any) -> str:
-    """The generated module's path: the file its `call` function's frames will show."""
-    fn = getattr(graph, "current_callable", None)
-    code = getattr(fn, "__code__", None)
-    if code is not None and code.co_filename:
-        return str(code.co_filename)
-    key = getattr(graph, "cache_key", None)
-    if key:
-        from torch._inductor.codecache import get_path
-
-        return str(get_path(key, "py")[2])
-    return ""

@@ -1,9 +1,15 @@
-"""Integer shares that sum exactly: how a compiled kernel's time is divided between the model
-lines it was generated from without losing or inventing a nanosecond."""
+"""Integer shares that sum exactly: how a compiled kernel's time (its node's metrics and its
+activity rows) is divided between the model lines it was generated from without losing or
+inventing a nanosecond."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import numpy as np
+
+from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL
+from dlpt.profile import Activities
 
 
 def split_int(values: np.ndarray, weights: list[int]) -> np.ndarray:
@@ -32,3 +38,50 @@ def transport(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     c1 = np.cumsum(cols)
     r0, c0 = r1 - rows, c1 - cols
     return np.clip(np.minimum(r1[:, None], c1[None, :]) - np.maximum(r0[:, None], c0[None, :]), 0, None)
+
+
+# Activity columns that add up (split between shares); the others (start, device...) are copied.
+_ADDITIVE = ("duration", "bytes", "count")
+
+
+def split_activities(a: Activities, first: np.ndarray, copies: dict[int, list[int]], shares: dict[int, np.ndarray],
+                     weights: dict[int, list[int]], new_of_old: np.ndarray) -> Activities:
+    """The activity rows of a tree whose nodes were copied to new places: a row of a node with
+    one place moves to it (`first`, then `new_of_old`); the rows of a node with several
+    (`copies`) are split between them, each additive column so that each copy's rows sum to its
+    share of the node's metrics (`shares`, the node's `split_int` by `weights`), other columns
+    repeated."""
+    cols = {f.name: getattr(a, f.name) for f in fields(a)}
+    if not len(a):
+        return a
+    split_rows = np.flatnonzero(np.isin(a.node, np.fromiter(copies, dtype=np.int64, count=len(copies))))
+    keep = np.ones(len(a), dtype=bool)
+    keep[split_rows] = False
+    out = {k: [v[keep]] for k, v in cols.items()}
+    out["node"] = [new_of_old[first[a.node[keep]]]]
+    order = split_rows[np.lexsort((a.kind[split_rows], a.node[split_rows]))]
+    groups = np.split(order, np.flatnonzero(np.diff(a.node[order] * 8 + a.kind[order])) + 1) if len(order) else []
+    for g in groups:
+        node = int(a.node[g[0]])
+        kind = int(a.kind[g[0]])
+        k = len(copies[node])
+        parts: dict[str, np.ndarray] = {}
+        for name in _ADDITIVE:
+            if name not in cols:
+                continue
+            vals = cols[name][g].astype(np.int64)
+            col = {"duration": _KIND_TIME_COL[kind], "count": _KIND_COUNT_COL[kind]}.get(name, _KIND_BYTES_COL.get(kind))
+            target = shares[node][:, col] if col is not None else None
+            if target is not None and int(target.sum()) == int(vals.sum()):
+                parts[name] = transport(vals, target)  # (rows, shares)
+            else:
+                parts[name] = split_int(vals, weights[node]).T
+        for name, v in cols.items():
+            if name == "node":
+                out[name].append(np.tile(new_of_old[np.asarray(copies[node], dtype=np.int64)], len(g)))
+            elif name in parts:
+                out[name].append(parts[name].ravel())
+            else:
+                out[name].append(np.repeat(v[g], k))
+    merged = {k: np.concatenate(v).astype(cols[k].dtype, copy=False) for k, v in out.items()}
+    return replace(a, **merged)
