@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from dlpt.errors import DlptError
+from dlpt.errors import DlptError, notice
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native", "collector.cpp")
 
@@ -120,7 +120,7 @@ def load(quiet: bool = False) -> Any:
         if not _built(cpp_extension, name):
             _check_tools(cpp_extension)  # a build already made needs neither
             if not quiet:
-                print("dlpt: building the native collector (once per torch version)…", file=sys.stderr, flush=True)
+                notice("building the native collector (once per torch version)…")
         try:
             # with_cuda: cupti.h includes the CUDA driver API's header, which CUDA_HOME has.
             mod = cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=flags, extra_ldflags=ldflags,
@@ -177,7 +177,7 @@ def _clear_stale_lock(cpp_extension: Any, name: str, quiet: bool) -> None:
         except OSError:
             return
         if not quiet:
-            print(f"dlpt: removed the lock of an interrupted build ({lock})", file=sys.stderr, flush=True)
+            notice(f"removed the lock of an interrupted build ({lock})")
 
 
 def _built(cpp_extension: Any, name: str) -> bool:

@@ -24,11 +24,12 @@ from dlpt.collectors.record import native
 from dlpt.collectors.record.fused import attribute_compiled
 from dlpt.collectors.record.provenance import Provenance
 from dlpt.collectors.record.tree import TrieConverter
+from dlpt.errors import notice
 from dlpt.profile import Profile
 from dlpt.ranks import rank_info
 from dlpt.version import __version__
 
-NO_GPU_NOTICE = "dlpt: no GPU seen; recording host op time (cpu_time) only"
+NO_GPU_NOTICE = "no GPU seen; recording host op time (cpu_time) only"
 SNAPSHOT_SECONDS = 5.0
 
 # The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
@@ -107,7 +108,7 @@ class Recorder:
         self.provenance.start()  # whatever --steps says: compiling happens before step A
         self._install_hooks()
         if not self.cuda and not self.quiet:
-            print(NO_GPU_NOTICE, file=sys.stderr)
+            notice(NO_GPU_NOTICE)
         if self.steps is None or self.steps[0] <= 0:
             self._switch_on()
         if self.snapshot_path is not None and self.snapshot_seconds > 0:
@@ -169,8 +170,8 @@ class Recorder:
         self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""))
         self.on = True
         if self.device_error and not self.quiet:
-            print(f"dlpt: no GPU activity will be recorded ({self.device_error}); recording host op time only"
-                  " — is another profiler (torch.profiler, Nsight) using CUPTI?", file=sys.stderr)
+            notice(f"no GPU activity will be recorded ({self.device_error}); recording host op time only"
+                   " — is another profiler (torch.profiler, Nsight) using CUPTI?")
 
     def _switch_off(self) -> None:
         if not self.on:
@@ -258,7 +259,7 @@ class Recorder:
                 self.snapshots += 1
             except Exception as e:  # noqa: BLE001 - a failed snapshot must not end the program
                 if not self.quiet:
-                    print(f"dlpt: snapshot not written ({type(e).__name__}: {e})", file=sys.stderr)
+                    notice(f"snapshot not written ({type(e).__name__}: {e})")
             finally:
                 self._lock.release()
 
