@@ -32,6 +32,12 @@ class CCT:
         return tree_depth(self.parent)
 
     @cached_property
+    def levels(self) -> list[np.ndarray]:
+        """Node ids grouped by depth, the root's level first: the order in which a value passed
+        down the tree (an ancestor's to its descendants) is computed one numpy step per level."""
+        return _levels(self.depth)
+
+    @cached_property
     def end(self) -> np.ndarray:
         """`end[i]`: one past the last node of i's subtree."""
         return np.arange(len(self)) + subtree_sizes(self.parent, self.depth)

@@ -62,6 +62,16 @@ class FrameTable:
         for f in frames or ():
             self.intern(f)
 
+    @classmethod
+    def keeping_ids(cls, frames: list[Frame]) -> FrameTable:
+        """A table that extends `frames` in place of interning them: every existing id stays (a
+        profile's frame list may name one frame twice; the first id is the one looked up)."""
+        t = cls()
+        t.frames = list(frames)
+        for i in range(len(t.frames) - 1, -1, -1):
+            t._index[t.frames[i]] = i
+        return t
+
     def intern(self, frame: Frame) -> int:
         i = self._index.get(frame)
         if i is None:

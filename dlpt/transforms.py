@@ -15,11 +15,7 @@ from dlpt.profile import Profile
 def propagate_down(cct: CCT, mask: np.ndarray) -> np.ndarray:
     """`out[i]` is true when node i or any of its ancestors has `mask` set."""
     out = mask.copy()
-    depth = cct.depth
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max(initial=0)) + 2))
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        lv = order[a:b]
+    for lv in cct.levels[1:]:
         out[lv] |= out[cct.parent[lv]]
     return out
 
@@ -27,11 +23,7 @@ def propagate_down(cct: CCT, mask: np.ndarray) -> np.ndarray:
 def nearest_marked(cct: CCT, mask: np.ndarray) -> np.ndarray:
     """`out[i]` is the nearest of node i and its ancestors that has `mask` set, or -1."""
     out = np.where(mask, np.arange(len(mask)), -1)
-    depth = cct.depth
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max(initial=0)) + 2))
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        lv = order[a:b]
+    for lv in cct.levels[1:]:
         lv = lv[out[lv] < 0]
         out[lv] = out[cct.parent[lv]]
     return out

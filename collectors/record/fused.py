@@ -68,7 +68,7 @@ from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.collectors.record.shares import split_activities, split_int
-from dlpt.frames import ACTIVITY_KINDS, Frame, fused_frame, is_library, source_frame
+from dlpt.frames import ACTIVITY_KINDS, Frame, FrameTable, fused_frame, is_library, source_frame
 from dlpt.metrics import COL
 from dlpt.profile import Profile
 from dlpt.transforms import drop_subtrees, nearest_marked, propagate_down
@@ -78,23 +78,6 @@ NO_PROVENANCE = unattributed_frame("no provenance")
 # that captured the graph show which extern call launched it (`--steps` from before the capture).
 NOT_LEARNED = unattributed_frame("no provenance: library kernel in a CUDA-graph replay whose capture was not recorded")
 AUTOTUNING = Frame("op", "[torch.compile autotuning]")
-
-
-class _Frames:
-    """The profile's frames plus new ones; ids of existing frames never change."""
-
-    def __init__(self, frames: list[Frame]) -> None:
-        self.frames = list(frames)
-        self.index: dict[Frame, int] = {}
-        for i in range(len(self.frames) - 1, -1, -1):
-            self.index[self.frames[i]] = i
-
-    def intern(self, f: Frame) -> int:
-        i = self.index.get(f)
-        if i is None:
-            i = self.index[f] = len(self.frames)
-            self.frames.append(f)
-        return i
 
 
 def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None = None) -> int:
@@ -126,7 +109,7 @@ class _Attributor:
     def __init__(self, profile: Profile, provenance: Provenance) -> None:
         self.p = profile
         self.prov = provenance
-        self.frames = _Frames(profile.frames)
+        self.frames = FrameTable.keeping_ids(profile.frames)
         self.bwd = self.frames.intern(BACKWARD_FRAME)
         self.noprov = self.frames.intern(NO_PROVENANCE)
         self.not_learned = self.frames.intern(NOT_LEARNED)
@@ -331,7 +314,8 @@ class _Attributor:
 
     def _candidates(self) -> np.ndarray:
         """Nodes that may be units, in numpy: children of generated-code frames, nodes inside a
-        region op, device leaves beneath Inductor's CUDA-graph runtime (and no generated frame).
+        region op, replayed device leaves (beneath Inductor's CUDA-graph runtime, nearer than any
+        generated frame), and the outermost autotuning frames.
         The per-node rules then run on these only, not on the whole recording."""
         cct = self.p.cct
         frames = self.p.frames

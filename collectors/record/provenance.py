@@ -44,9 +44,9 @@ is the `Torch-Compiled Region: ID` op a recording shows around the compiled fram
 the path holds no generated-code frame, that op names the module.
 
 Kernel names are unique within one generated module only (every module has its
-`triton_poi_fused_add_0`), and so are handles, so everything is keyed by generated file. The
-name alone (`by_name`) serves where no generated-code frame is on the path (CUDA-graph
-replays under `mode="reduce-overhead"`); the attribution uses it only when it is unambiguous.
+`triton_poi_fused_add_0`), and so are handles, so everything is keyed by generated file. A
+CUDA-graph replay (`mode="reduce-overhead"`) has no generated line for its kernels, but runs
+beneath the generated module's `call`: that module and the kernel's name find them.
 
 The hooks `start()` installs in Inductor (an import hook, a cache-key mark, the mix-order
 reduction kernels' provenance) are in inductor_hooks.py, each with why it is needed.
