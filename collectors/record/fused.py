@@ -235,14 +235,12 @@ class _Attributor:
         the context the kernel it tunes (the generated-code line above it) would get, or where
         no such line is on the path, everything down to the innermost source line."""
         self.tuned += 1
-        anc = self.ancestors(int(self.p.cct.parent[i]))
+        parent = int(self.p.cct.parent[i])
+        anc = self.ancestors(parent)
         anc_frames = [self.frames.frames[f] for f in anc]
-        kp = None
-        for f in reversed(anc_frames):
-            mod = self.prov.modules.get(f.file) if f.kind == "python" else None
-            if mod is not None:
-                kp = mod.at_line(f.line)
-                break
+        g = int(self.near_gen[parent])
+        gen = self.p.frames[int(self.p.cct.frame[g])] if g >= 0 else None
+        kp = self.prov.modules[gen.file].at_line(gen.line) if gen is not None else None
         trace = kp.traces[0] if kp is not None and kp.traces else ()
         cut = _context(anc_frames, trace, kp.backward if kp is not None else False)
         return [tuple(anc[:cut]) + (self.tuning,)], [1]
