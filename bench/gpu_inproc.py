@@ -101,11 +101,15 @@ def main() -> None:
     elif which == "proton":
         import triton.profiler as proton
 
-        sid = proton.start("/tmp/inproc_proton", context="python")
-        proton.deactivate(sid)
+        sid = None
 
         def on() -> object:
-            proton.activate(sid)
+            # Started at the first profiled block, so the pristine blocks run without it.
+            nonlocal sid
+            if sid is None:
+                sid = proton.start("/tmp/inproc_proton", context="python")
+            else:
+                proton.activate(sid)
             return sid
 
         def off(s: object) -> None:

@@ -7,13 +7,14 @@
 // name — and Python resolves them to files, functions and dlpt's frames. One rule each:
 // - an op entered with no op of ours open on its thread reads that thread's Python frames,
 //   innermost first, each at its *current* line (so `x + y` lands on its own line); the ops it
-//   calls inside the dispatcher are not recorded apart (RecordFunction is off beneath it), so
-//   its kernels and host time count on it; Python it calls back into has its own lines;
-// - a backward op (BACKWARD_FUNCTION scope) goes under the node of the forward op that made
-//   its autograd node — the op during which the node's sequence number was taken, on the
-//   forward thread — beneath a [backward] marker;
-//   without a match, under the `backward()` call that is running (set from Python), else the
-//   calling thread's own context;
+//   calls inside the dispatcher are not recorded apart (the callback returns at once beneath
+//   it), so its kernels and host time count on it; Python it calls back into has its own lines;
+// - a backward op goes under the node of the forward op that made its autograd node — the op
+//   during which the node's sequence number was taken, on the forward thread — beneath a
+//   [backward] marker; without a match, under the `backward()` call that is running (set from
+//   Python), else the calling thread's own context (`backward_parent`, frames.h). The backward
+//   op is RecordFunction's (BACKWARD_FUNCTION scope) in CPU recordings, and autograd's current
+//   node at each launch when CUPTI records (autograd.h says why);
 // - a CUDA launch/copy/memset/graph-launch API call maps its CUPTI correlation id to the
 //   innermost open op of the calling thread, or to its Python context when none is open
 //   (Triton's cuLaunchKernel, a graph replay); activity records find their node through it.
@@ -78,7 +79,8 @@ std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
 // Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
 // the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities.
-bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false;
+bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
+     g_diag_rf_backward = false, g_diag_bw_off = false;
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -98,6 +100,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (g_diag_noop) return nullptr;
   ThreadState& ts = tstate();
   ++ts.n_ops;
+  if (ts.quiet > 0) {  // beneath a quiet op: counted on it (see below)
+    ++ts.skipped;
+    return nullptr;
+  }
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
     ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, false, 0});  // keeps enter/exit paired while switching off
@@ -108,29 +114,27 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   int64_t t0 = ticks();
   int64_t parent;
   if (backward) {
-    int64_t fwd = seq_lookup(fn.forwardThreadId(), fn.seqNr());
-    if (fwd < 0) {
-      if (!ts.stack.empty() && ts.stack.back().node >= 0) {
-        fwd = ts.stack.back().node;
-      } else {
-        fwd = context(ts);  // the backward() line: on its own thread, or through g_backward_ctx
-      }
-    }
-    parent = backward_marker(ts, fwd);
+    parent = backward_parent(ts, fn.forwardThreadId(), fn.seqNr());
   } else {
     parent = current_node(ts, frame);
   }
   const char* name = fn.name();
   int64_t node = op_node(ts, parent, name);
   // The ops an op calls inside the dispatcher are its own business: their kernels, copies and
-  // host time count on it, and torch's RecordFunction machinery (about a microsecond per op,
-  // docs/BENCHMARKS.md) is switched off for them on this thread until the op returns. The one
-  // exceptions: autograd's evaluate_function wrapper, whose child is the backward op itself,
-  // and ops that run Python — a custom autograd Function (named by its class, no "::") or a
-  // compiled region ("Torch-Compiled Region: 0/0") — whose ops and launches keep their own
-  // lines. (Python that a quiet op calls back into still gets its lines for what it launches.)
+  // host time count on it, and the callback returns at once for them (`ts.quiet`) until it
+  // returns. The one exceptions: autograd's evaluate_function wrapper, whose child is the
+  // backward op itself, and ops that run Python — a custom autograd Function (named by its
+  // class, no "::") or a compiled region ("Torch-Compiled Region: 0/0") — whose ops and
+  // launches keep their own lines. (Python that a quiet op calls back into still gets its lines
+  // for what it launches.) Switching RecordFunction off on the thread instead would spare the
+  // inner ops torch's machinery, but each switch rebuilds torch's per-thread callback cache:
+  // counted with callgrind on nanoGPT's step, two switches cost more than the machinery of the
+  // 2-3 inner ops an op has on average (DLPT_DIAG=toggle switches, for comparison).
   bool quiet = quiet_beneath(name ? name : "", backward);
-  if (quiet) at::enableRecordFunction(false);
+  if (quiet) {
+    if (g_diag_toggle) at::enableRecordFunction(false);
+    else ++ts.quiet;
+  }
   ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet,
                             backward ? -1 : int64_t(at::sequence_number::peek())});
   return nullptr;
@@ -139,10 +143,18 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (g_diag_noop) return;
   ThreadState* s = t_state;
-  if (s == nullptr || s->stack.empty()) return;
+  if (s == nullptr) return;
+  if (s->skipped > 0) {
+    --s->skipped;
+    return;
+  }
+  if (s->stack.empty()) return;
   OpenOp op = s->stack.back();
   s->stack.pop_back();
-  if (op.quiet) at::enableRecordFunction(true);
+  if (op.quiet) {
+    if (g_diag_toggle) at::enableRecordFunction(true);
+    else --s->quiet;
+  }
   if (op.node < 0) return;
   if (op.seq0 >= 0) {
     // Every autograd node the op made (its own and those of the ops inside it) took a sequence
@@ -163,7 +175,18 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 
 }  // namespace
 
+#include "autograd.h"
 #include "device.h"  // after the callback: it reads the diagnostics flags above
+
+namespace {
+bool device_recording() {
+#if defined(DLPT_CUPTI)
+  return g_device_on.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+}  // namespace
 
 namespace {
 
@@ -198,6 +221,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_noop = diag.find("noop") != std::string::npos;
   g_diag_no_callbacks = diag.find("nocallbacks") != std::string::npos;
   g_diag_no_activities = diag.find("noactivities") != std::string::npos;
+  g_diag_toggle = diag.find("toggle") != std::string::npos;
+  g_diag_rf_backward = diag.find("rfbackward") != std::string::npos;
+  g_diag_bw_off = diag.find("bwoff") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();
@@ -326,7 +352,6 @@ void register_thread(int64_t start_node, int64_t key) {
   }
 }
 
-void set_backward_context(int64_t node) { g_backward_ctx.store(node); }
 
 py::dict capabilities() {
   py::dict d;
@@ -371,7 +396,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("snapshot", &snapshot, py::arg("codes_from") = 0, py::arg("names_from") = 0);
   m.def("context_here", &context_here);
   m.def("register_thread", &register_thread);
-  m.def("set_backward_context", &set_backward_context);
+  m.def("backward_begin", &backward_begin, py::arg("allow_off"));
+  m.def("backward_end", &backward_end);
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
 }

@@ -131,7 +131,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* 
   }
   if (!g_device_on.load(std::memory_order_relaxed)) return;
   ThreadState& ts = tstate();
-  corr_put(cb->correlationId, current_node(ts, current_pyframe()));
+  corr_put(cb->correlationId, launch_node(ts));
 }
 
 constexpr size_t kBufferBytes = size_t(8) << 20;

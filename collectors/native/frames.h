@@ -139,20 +139,23 @@ struct FrameReadGuard {
 };
 int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti);
 
-// The frames a backward op has run since it was entered, beneath its node.
-int64_t frames_under(ThreadState& ts, const OpenOp& top) {
+// The frames this thread runs inside `cut` (its innermost frames down to `cut`, all of them when
+// `cut` is not on the stack), beneath `node`: what a backward op's Python runs.
+int64_t frames_beneath(ThreadState& ts, int64_t node, const void* cut) {
   PyThreadState* t = PyGILState_GetThisThreadState();
-  if (t == nullptr) return top.node;
+  if (t == nullptr) return node;
   FrameReadGuard guard;
   read_frames(ts, t);
   int64_t k = 0, n = int64_t(ts.walk.size());
-  while (k < n && ts.walk_frames[size_t(k)] != top.pyframe) ++k;  // innermost first, down to the op's
-  int64_t node = top.node;
+  while (k < n && ts.walk_frames[size_t(k)] != cut) ++k;  // innermost first, down to `cut`
   for (int64_t i = k - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
   ts.last.clear();  // the prefix cache is for walks from the thread's base
   ts.last_nodes.clear();
   return node;
 }
+
+// The frames a backward op has run since it was entered, beneath its node.
+int64_t frames_under(ThreadState& ts, const OpenOp& top) { return frames_beneath(ts, top.node, top.pyframe); }
 
 // The node that work entered now on this thread belongs to: the innermost open op, unless
 // Python code has run since it was entered (then the Python context; for a backward op, the
@@ -224,6 +227,16 @@ int64_t backward_marker(ThreadState& ts, int64_t parent) {
   int64_t n = intern_node(parent, N_BACKWARD, 0, 0);
   ts.ops.emplace(k, n);
   return n;
+}
+
+// The one backward rule: a backward op with autograd sequence number `seq`, taken on forward
+// thread `tid`, goes under the forward op that took it, beneath a [backward] marker; without a
+// match, under the op open on this thread, else the `backward()` call that is running (for
+// autograd's device threads) or this thread's own context.
+int64_t backward_parent(ThreadState& ts, uint64_t tid, int64_t seq) {
+  int64_t fwd = seq_lookup(tid, seq);
+  if (fwd < 0) fwd = (!ts.stack.empty() && ts.stack.back().node >= 0) ? ts.stack.back().node : context(ts);
+  return backward_marker(ts, fwd);
 }
 
 }  // namespace

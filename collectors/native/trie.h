@@ -143,7 +143,7 @@ struct OpenOp {
   // its work belongs to the forward line (a custom backward's lines, compiled backward code).
   const void* pyframe;
   bool keep;
-  bool quiet;     // RecordFunction switched off on this thread beneath this op (see on_enter)
+  bool quiet;     // the callback returns at once beneath this op (see on_enter)
   int64_t seq0;   // the thread's next autograd sequence number when the op was entered
 };
 
@@ -160,9 +160,18 @@ struct FrameKeyHash {
   }
 };
 
+// A `backward()` call running on this thread (autograd.h).
+struct BackwardCall {
+  int64_t ctx;        // the enclosing call's context, restored at its end
+  const void* frame;  // the enclosing call's frame
+  bool rf_off;        // RecordFunction switched off on this thread for it
+};
+
 struct ThreadState {
   uint64_t epoch = 0;
   int64_t n_ops = 0;  // ops entered by this thread (all recordings), for stats
+  int64_t quiet = 0;    // quiet ops open on this thread (see on_enter)
+  int64_t skipped = 0;  // ops entered beneath them and not yet exited
   std::vector<OpenOp> stack;
   int64_t base = -1;  // this thread's context root for the current epoch
   int64_t cut = 0;    // outermost Python frames that belong to dlpt's thread start, not the program
@@ -174,9 +183,20 @@ struct ThreadState {
   // (the training loop, the model's call), which are then matched by pointer, not looked up.
   std::vector<std::tuple<const void*, PyObject*, int64_t>> last;
   std::vector<int64_t> last_nodes;
+  // Backward work found through autograd's current node (autograd.h): the calls running, the
+  // frame of the innermost one, the last node seen and its op node, node names by type.
+  std::vector<BackwardCall> bw_calls;
+  const void* bw_frame = nullptr;
+  const void* bw_fn = nullptr;
+  uint64_t bw_seq = 0, bw_tid = 0;
+  int64_t bw_node = -1;
+  std::unordered_map<const std::type_info*, std::pair<bool, std::string>> bw_names;
+  std::string bw_scratch;
 };
 
-thread_local ThreadState* t_state = nullptr;
+// Initial-exec: read with one instruction, not a __tls_get_addr call per op (the extension is
+// loaded after start-up; one pointer of static TLS is well within what glibc keeps for that).
+thread_local ThreadState* t_state __attribute__((tls_model("initial-exec"))) = nullptr;
 std::mutex g_threads_mu;
 std::vector<ThreadState*> g_threads;  // every thread's state, for stats
 
@@ -196,6 +216,7 @@ ThreadState& tstate() {
     s->cut = 0;
     s->last.clear();
     s->last_nodes.clear();
+    s->bw_fn = nullptr;
   }
   return *s;
 }

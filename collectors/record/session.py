@@ -215,17 +215,21 @@ class Recorder:
         threading.Thread.start = start  # type: ignore[method-assign]
         self._hooks.append(lambda: setattr(threading.Thread, "start", orig_start))
 
-        # Backward ops whose forward op is unknown go under the `backward()` call that runs them
-        # (autograd's device threads have no Python frames of their own).
+        # Around autograd's engine (backward() and autograd.grad()): backward ops whose forward op
+        # is unknown go under this call (autograd's device threads have no Python frames of their
+        # own), and with CUPTI on the call runs with RecordFunction off, its work placed through
+        # autograd's current node (collectors/native/autograd.h says why) — unless torch.profiler
+        # is running too, which needs RecordFunction for its own trace.
         ag = torch.autograd
         orig_run = getattr(ag, "_engine_run_backward", None)
+        profiling = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", lambda: True)
         if orig_run is not None:
             def run_backward(*a: Any, **k: Any) -> Any:
-                mod.set_backward_context(mod.context_here())
+                mod.backward_begin(not profiling())
                 try:
                     return orig_run(*a, **k)
                 finally:
-                    mod.set_backward_context(-1)
+                    mod.backward_end()
 
             ag._engine_run_backward = run_backward
             self._hooks.append(lambda: setattr(ag, "_engine_run_backward", orig_run))

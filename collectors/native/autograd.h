@@ -1,0 +1,103 @@
+// dlpt collector: the backward pass without RecordFunction, found through autograd's own state.
+// Part of collector.cpp (one translation unit): included there after frames.h, before device.h.
+//
+// Why: with a RecordFunction callback registered, every autograd node evaluation pays torch's
+// RecordFunction machinery twice (the `evaluate_function: X` wrapper, whose name torch builds
+// with a string stream, and the backward op, named by demangling its type), rebuilds of the
+// callback cache each time autograd installs the graph task's thread-local state, and the
+// machinery again for every op the node runs. Counted with callgrind on nanoGPT's step (CPU,
+// docs/BENCHMARKS.md), that was more than half of the collector's cost, nearly all in torch.
+//
+// So when CUPTI is on, a `backward()` / `autograd.grad()` call runs with RecordFunction off on
+// its thread (the Python wrapper in collectors/record/session.py asks for it); autograd hands
+// that state to its device threads with the graph task. Each launch, copy or memset there then
+// finds its place from autograd's current node (`get_current_node()`, set while a node runs):
+// its sequence number and forward thread go through the same backward rule as a recorded
+// backward op (`backward_parent`), its name is the node's name. The cost is what it costs:
+// backward ops get no host time (`cpu_time`) in GPU recordings. A CPU-only recording, where
+// host time is the metric and nothing launches, keeps RecordFunction in backward; so does a
+// program that runs torch.profiler meanwhile, which needs RecordFunction for its own trace.
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+
+#include <typeinfo>
+
+namespace {
+
+std::atomic<int64_t> g_bw_unrecorded{0};  // backward() calls running now with RecordFunction off
+bool device_recording();                  // collector.cpp: CUPTI's callbacks and activities are on
+
+// A node's name as torch's RecordFunction gives it (`torch::autograd::generated::MmBackward0`).
+// Demangled once per node type; a type whose name() says more than its type (a Python
+// Function's node, named by its class) is asked each time: once per node run, see below.
+const std::string& backward_name(ThreadState& ts, torch::autograd::Node& fn) {
+  const std::type_info* ti = &typeid(fn);
+  auto it = ts.bw_names.find(ti);
+  if (it == ts.bw_names.end()) {
+    std::string nm = fn.name();
+    bool by_type = nm == c10::demangle(ti->name());
+    it = ts.bw_names.emplace(ti, std::make_pair(by_type, std::move(nm))).first;
+    return it->second.second;
+  }
+  if (it->second.first) return it->second.second;
+  ts.bw_scratch = fn.name();
+  return ts.bw_scratch;
+}
+
+// Where work launched now, while autograd node `fn` runs on this thread, belongs: the node's
+// backward op under its forward line, and beneath it the Python the node runs (a custom
+// Function's backward, compiled backward code) down to the `backward()` call's own frame.
+int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const void* frame) {
+  uint64_t seq = fn.sequence_nr(), tid = fn.thread_id();
+  if (&fn != ts.bw_fn || seq != ts.bw_seq || tid != ts.bw_tid) {  // a node launches a few kernels
+    int64_t parent = backward_parent(ts, tid, int64_t(seq));
+    ts.bw_node = op_node(ts, parent, backward_name(ts, fn).c_str());
+    ts.bw_fn = &fn;
+    ts.bw_seq = seq;
+    ts.bw_tid = tid;
+  }
+  if (frame == nullptr || frame == ts.bw_frame) return ts.bw_node;
+  return frames_beneath(ts, ts.bw_node, ts.bw_frame);
+}
+
+// The node a launch, copy or memset entered now on this thread belongs to.
+int64_t launch_node(ThreadState& ts) {
+  const void* frame = current_pyframe();
+  if (g_bw_unrecorded.load(std::memory_order_relaxed) > 0 && (ts.stack.empty() || ts.stack.back().node < 0)) {
+    auto fn = torch::autograd::get_current_node();  // shared_ptr in torch 2.11, intrusive_ptr in 2.13
+    if (fn) return backward_launch_node(ts, *fn, frame);
+  }
+  return current_node(ts, frame);
+}
+
+// Around autograd's engine (from Python, with the GIL): the `backward()` call's context for
+// backward work that finds no forward op, and RecordFunction off on this thread when `allow_off`
+// and CUPTI is recording (see the top of this file). Calls nest (a backward inside a hook).
+void backward_begin(bool allow_off) {
+  ThreadState& ts = tstate();
+  bool off = allow_off && g_host_on.load() && (device_recording() || g_diag_bw_off) && !g_diag_rf_backward &&
+             at::isRecordFunctionEnabled();
+  ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), ts.bw_frame, off});
+  g_backward_ctx.store(g_host_on.load() ? context(ts) : -1);
+  ts.bw_frame = current_pyframe();
+  if (off) {
+    at::enableRecordFunction(false);
+    g_bw_unrecorded.fetch_add(1);
+  }
+}
+
+void backward_end() {
+  ThreadState& ts = tstate();
+  if (ts.bw_calls.empty()) return;
+  BackwardCall c = ts.bw_calls.back();
+  ts.bw_calls.pop_back();
+  g_backward_ctx.store(c.ctx);
+  ts.bw_frame = c.frame;
+  if (c.rf_off) {
+    at::enableRecordFunction(true);
+    g_bw_unrecorded.fetch_sub(1);
+  }
+}
+
+}  // namespace
