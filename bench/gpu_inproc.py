@@ -15,6 +15,8 @@ before the profiler first ran (pristine) and the profiled steps' ratio to it.
     python bench/gpu_inproc.py after [ROUNDS] [BLOCK]
 is what `--steps A:B` leaves behind: ROUNDS blocks unprofiled, one block under dlpt (switched on
 and fully off, as at steps A and B), ROUNDS blocks unprofiled again; the ratio is after / before.
+`after-none` runs the same blocks with no profiler: the machine's own drift, to compare with.
+DLPT_BENCH_CYCLES=K: K windows one after another before the "after" blocks.
 """
 
 from __future__ import annotations
@@ -63,20 +65,32 @@ def main() -> None:
     step = make_step()
     for _ in range(15):
         step()
-    if which == "after":
+    if which in ("after", "after-none"):
+        # after-none: the same blocks with no profiler in the middle, for how far the machine
+        # itself drifts between the first and the second half of a process.
         from dlpt.collectors.record.session import Recorder
 
         before = [t for _ in range(rounds) for t in [step() for _ in range(block)][1:]]
-        r = Recorder(command="inproc", quiet=True, steps=(1, 1 + block))
-        r.start()
-        during = [step() for _ in range(block + 2)]
-        # As under `dlpt record --steps`: the collector is off now, dlpt's hooks stay till the end.
+        # DLPT_BENCH_CYCLES windows one after another (dlpt.profile() used again and again); the
+        # last one's hooks stay, as under `dlpt record --steps`.
+        cycles = int(os.environ.get("DLPT_BENCH_CYCLES", "1"))
+        during: list[float] = []
+        r = None
+        for _ in range(cycles if which == "after" else 0):
+            if r is not None:
+                r.stop()
+            r = Recorder(command="inproc", quiet=True, steps=(1, 1 + block))
+            r.start()
+            during += [step() for _ in range(block + 2)]
+        if r is None:
+            during = [step() for _ in range(block + 2)]
         after = [t for _ in range(rounds) for t in [step() for _ in range(block)][1:]]
-        r.stop()
+        if r is not None:
+            r.stop()
         a, d, b = (statistics.median(v) * 1e3 for v in (before, during, after))
-        print(json.dumps({"profiler": "dlpt --steps (after)", "before_ms": round(a, 3), "during_ms": round(d, 3),
-                          "after_ms": round(b, 3), "ratio": round(b / a, 4), "steps_each": len(before),
-                          "device": torch.cuda.get_device_name(0)}))
+        print(json.dumps({"profiler": f"dlpt ×{cycles} (after)" if r else "none (after)", "before_ms": round(a, 3),
+                          "during_ms": round(d, 3), "after_ms": round(b, 3), "ratio": round(b / a, 4),
+                          "steps_each": len(before), "device": torch.cuda.get_device_name(0)}))
         return
     if which == "dlpt":
         from dlpt.collectors.record.session import Recorder

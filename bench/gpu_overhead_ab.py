@@ -4,7 +4,7 @@ process per run, so every configuration sees the machine drift alike (nanoGPT's 
 
     python bench/gpu_overhead_ab.py [--procs N] [--rounds R] CONFIG...
 
-CONFIG is a profiler gpu_inproc.py knows (dlpt, proton, torch.profiler), optionally with a label
+CONFIG is a mode gpu_inproc.py knows (dlpt, proton, torch.profiler, after, after-none), optionally with a label
 and environment: `dlpt`, `proton`, `old-backward=dlpt:DLPT_DIAG=rfbackward`. Prints a Markdown
 table: per configuration the median over processes of the profiled step against the pristine
 one (before any profiler ran in that process) and against the unprofiled blocks in between,
@@ -50,10 +50,13 @@ def main() -> None:
             d = json.loads(line)
             rows[label].append(d)
             print(f"{label} #{p + 1}: {line}", file=sys.stderr, flush=True)
-    print("| configuration | processes | profiled / pristine (median) | profiled / between (median) "
-          "| pristine ms | profiled ms |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for label, ds in rows.items():
+    after = {label: ds for label, ds in rows.items() if ds and "after_ms" in ds[0]}
+    profiled = {label: ds for label, ds in rows.items() if label not in after}
+    if profiled:
+        print("| configuration | processes | profiled / pristine (median) | profiled / between (median) "
+              "| pristine ms | profiled ms |")
+        print("| --- | --- | --- | --- | --- | --- |")
+    for label, ds in profiled.items():
         if not ds:
             print(f"| {label} | 0 | failed | | | |")
             continue
@@ -61,11 +64,20 @@ def main() -> None:
                                                                 "profiled_ms")}
         print(f"| {label} | {len(ds)} | **{m['ratio_to_pristine']:.3f}** | {m['ratio']:.3f} "
               f"| {m['pristine_ms']:.2f} | {m['profiled_ms']:.2f} |")
+    if after:
+        print("\n| configuration | processes | after / before (median) | per process |\n| --- | --- | --- | --- |")
+    for label, ds in after.items():
+        per = ", ".join(f"{d['ratio']:.3f}" for d in ds)
+        print(f"| {label} | {len(ds)} | **{statistics.median(d['ratio'] for d in ds):.3f}** | {per} |")
     print()
     for label, ds in rows.items():
         for i, d in enumerate(ds, 1):
-            print(f"- {label} #{i}: pristine {d['pristine_ms']} ms, between {d['unprofiled_ms']} ms, "
-                  f"profiled {d['profiled_ms']} ms ({d['ratio_to_pristine']} / {d['ratio']})")
+            if "after_ms" in d:
+                print(f"- {label} #{i}: before {d['before_ms']} ms, during {d['during_ms']} ms, "
+                      f"after {d['after_ms']} ms ({d['ratio']})")
+            else:
+                print(f"- {label} #{i}: pristine {d['pristine_ms']} ms, between {d['unprofiled_ms']} ms, "
+                      f"profiled {d['profiled_ms']} ms ({d['ratio_to_pristine']} / {d['ratio']})")
 
 
 if __name__ == "__main__":

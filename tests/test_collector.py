@@ -354,3 +354,39 @@ def test_no_compiler_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert len(errors) == 1 and errors[0].startswith("dlpt: recording needs a C++ compiler"), r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / "run.dlpt").exists()
+
+
+def test_backward_without_record_function_switches_back_and_spares_torch_profiler(tmp_path: Path) -> None:
+    """With CUPTI on, backward() runs with RecordFunction off and its work is placed at each
+    launch (collectors/native/autograd.h). DLPT_DIAG=bwoff does that here, without a GPU: nothing
+    launches, so that backward leaves no backward ops; RecordFunction is back on after it (the
+    next lines are recorded), and stays on for a backward that torch.profiler watches."""
+    script = """\
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    a = torch.randn(64, 64, requires_grad=True)
+    for _ in range(2):
+        y = (a @ a).sum()  # LINE:fwd
+        y.backward()
+    b = a.detach() - 1  # LINE:between
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        z = (a * 2).sum()  # LINE:prof_fwd
+        z.backward()
+    print("profiler saw backward", any("MulBackward0" in e.name for e in p.events()))
+    w = a.detach() + 1  # LINE:after
+    """
+    r = run_record(tmp_path, script, env={"DLPT_DIAG": "bwoff"})
+    assert r.returncode == 0, r.stderr
+    assert "profiler saw backward True" in r.stdout
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = marked_lines(tmp_path)
+    owned = line_owners(prof, "prog.py")
+    for m in ("fwd", "between", "prof_fwd", "after"):
+        assert owned.get(lines[m], 0) > 0, (m, owned)
+    under: dict[int, set[str]] = {}
+    for i in range(len(prof.cct)):
+        if prof.frame_of(i).kind == "backward":
+            src = [p.line for p in prof.call_path(i) if p.kind == "python" and p.file.endswith("prog.py")]
+            under.setdefault(src[-1], set()).update(prof.frame_of(j).name for j in prof.cct.children(i))
+    assert "MulBackward0" in under.get(lines["prof_fwd"], set()), under
+    assert not any("MmBackward0" in s for s in under.values()), under
