@@ -26,6 +26,7 @@
 namespace {
 
 std::atomic<int64_t> g_bw_unrecorded{0};  // backward() calls running now with RecordFunction off
+std::atomic<uint64_t> g_bw_calls{0};       // backward() calls begun: a new one may place nodes anew
 bool device_recording();                  // collector.cpp: CUPTI's callbacks and activities are on
 
 // A node's name as torch's RecordFunction gives it (`torch::autograd::generated::MmBackward0`).
@@ -49,13 +50,16 @@ const std::string& backward_name(ThreadState& ts, torch::autograd::Node& fn) {
 // backward op under its forward line, and beneath it the Python the node runs (a custom
 // Function's backward, compiled backward code) down to the `backward()` call's own frame.
 int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const void* frame) {
-  uint64_t seq = fn.sequence_nr(), tid = fn.thread_id();
-  if (&fn != ts.bw_fn || seq != ts.bw_seq || tid != ts.bw_tid) {  // a node launches a few kernels
+  uint64_t seq = fn.sequence_nr(), tid = fn.thread_id(), call = g_bw_calls.load(std::memory_order_relaxed);
+  // A node launches a few kernels: the last one's place is kept. Nodes that outlive a backward()
+  // call (AccumulateGrad, without a sequence number) go under the call running now.
+  if (&fn != ts.bw_fn || seq != ts.bw_seq || tid != ts.bw_tid || call != ts.bw_call) {
     int64_t parent = backward_parent(ts, tid, int64_t(seq));
     ts.bw_node = op_node(ts, parent, backward_name(ts, fn).c_str());
     ts.bw_fn = &fn;
     ts.bw_seq = seq;
     ts.bw_tid = tid;
+    ts.bw_call = call;
   }
   if (frame == nullptr || frame == ts.bw_frame) return ts.bw_node;
   return frames_beneath(ts, ts.bw_node, ts.bw_frame);
@@ -80,6 +84,7 @@ void backward_begin(bool allow_off) {
              at::isRecordFunctionEnabled();
   ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), ts.bw_frame, off});
   g_backward_ctx.store(g_host_on.load() ? context(ts) : -1);
+  g_bw_calls.fetch_add(1);
   ts.bw_frame = current_pyframe();
   if (off) {
     at::enableRecordFunction(false);

@@ -188,7 +188,7 @@ struct ThreadState {
   std::vector<BackwardCall> bw_calls;
   const void* bw_frame = nullptr;
   const void* bw_fn = nullptr;
-  uint64_t bw_seq = 0, bw_tid = 0;
+  uint64_t bw_seq = 0, bw_tid = 0, bw_call = 0;
   int64_t bw_node = -1;
   std::unordered_map<const std::type_info*, std::pair<bool, std::string>> bw_names;
   std::string bw_scratch;
