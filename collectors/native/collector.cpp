@@ -78,9 +78,11 @@ namespace {
 std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
 // Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
-// the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities.
+// the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities;
+// RecordFunction switched per quiet op; kept in backward; off in backward without CUPTI; CUPTI
+// without driver-API callbacks (Triton's launches then go unplaced).
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
-     g_diag_rf_backward = false, g_diag_bw_off = false;
+     g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false;
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -224,6 +226,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_toggle = diag.find("toggle") != std::string::npos;
   g_diag_rf_backward = diag.find("rfbackward") != std::string::npos;
   g_diag_bw_off = diag.find("bwoff") != std::string::npos;
+  g_diag_no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();

@@ -244,7 +244,7 @@ std::string device_on() {
     struct { CUpti_CallbackDomain d; int n; } doms[] = {{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE},
                                                          {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE}};
     for (auto& dm : doms)
-      for (int cbid = 1; cbid < dm.n; ++cbid) {
+      for (int cbid = 1; cbid < dm.n && !(g_diag_no_driver && dm.d == CUPTI_CB_DOMAIN_DRIVER_API); ++cbid) {
         const char* nm = nullptr;
         if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) == CUPTI_SUCCESS && wanted(dm.d, nm))
           cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
