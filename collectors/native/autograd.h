@@ -29,6 +29,9 @@ std::atomic<int64_t> g_bw_unrecorded{0};  // backward() calls running now with R
 std::atomic<uint64_t> g_bw_calls{0};       // backward() calls begun: a new one may place nodes anew
 bool device_recording();                  // collector.cpp: CUPTI's callbacks and activities are on
 
+// The calling thread's context node now, -1 while not recording (with the GIL: from Python).
+int64_t context_here() { return g_host_on.load() ? context(tstate()) : -1; }
+
 // A node's name as torch's RecordFunction gives it (`torch::autograd::generated::MmBackward0`).
 // Demangled once per node type; a type whose name() says more than its type (a Python
 // Function's node, named by its class) is asked each time: once per node run, see below.
@@ -83,7 +86,7 @@ void backward_begin(bool allow_off) {
   bool off = allow_off && g_host_on.load() && (device_recording() || g_diag_bw_off) && !g_diag_rf_backward &&
              at::isRecordFunctionEnabled();
   ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), ts.bw_frame, off});
-  g_backward_ctx.store(g_host_on.load() ? context(ts) : -1);
+  g_backward_ctx.store(context_here());
   g_bw_calls.fetch_add(1);
   ts.bw_frame = current_pyframe();
   if (off) {

@@ -336,8 +336,6 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
                         pcodes, pnames);
 }
 
-// The calling thread's context node now (with the GIL: called from Python).
-int64_t context_here() { return g_host_on.load() ? context(tstate()) : -1; }
 
 // Called first thing in a thread dlpt saw start: its work goes under `start_node` (the line
 // that started it) and a [thread] node; the frames on its stack now are dlpt's, not the program's.
@@ -354,7 +352,6 @@ void register_thread(int64_t start_node, int64_t key) {
     ts.cut = int64_t(ts.walk.size());
   }
 }
-
 
 py::dict capabilities() {
   py::dict d;
