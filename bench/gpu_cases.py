@@ -16,7 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.environ.get("OUT") or os.path.join(ROOT, "bench-out")
-CASES = ("compiled", "cudagraph", "threaded", "copies")
+CASES = ("compiled", "cudagraph", "threaded", "copies", "checkpoint", "cpu_queue", "reduce_overhead", "double_backward")
 
 
 def case_lines(path: str) -> dict[int, str]:

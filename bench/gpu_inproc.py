@@ -34,6 +34,17 @@ sys.path.insert(0, os.path.join(ROOT, "shared", "programs", "nanoGPT"))
 
 from model import GPT, GPTConfig  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hwcount import counter_or_none  # noqa: E402
+
+# Host time per step (up to the loss read, which waits for the GPU), by phase: whether a
+# profiler's cost falls on the host (launch-bound steps) or on the GPU.
+PHASE = ["warm"]
+HOST: dict[str, list[float]] = {"warm": [], "pristine": [], "none": [], "prof": []}
+# Instructions the main thread retires per step (hwcount.py: deterministic where times swing).
+INSTR: dict[str, list[float]] = {k: [] for k in HOST}
+COUNTER = counter_or_none()
+
 
 def make_step():
     torch.manual_seed(1337)
@@ -45,6 +56,7 @@ def make_step():
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     def step() -> float:
+        i0 = COUNTER.read() if COUNTER else 0
         t0 = time.perf_counter()
         with ctx:
             _, loss = model(x, y)
@@ -52,6 +64,9 @@ def make_step():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        HOST[PHASE[0]].append(time.perf_counter() - t0)  # the host's share: all enqueued
+        if COUNTER:  # before the loss read, whose wait for the GPU may spin
+            INSTR[PHASE[0]].append(COUNTER.read() - i0)
         loss.item()  # train.py reads the loss every step (log_interval 1)
         return time.perf_counter() - t0
 
@@ -132,20 +147,25 @@ def main() -> None:
         raise SystemExit(f"unknown profiler {which!r}")
     # Before any profiler ran: a profiler that stays attached once switched off (CUPTI does,
     # until finalized) slows the unprofiled blocks between its profiled ones too.
+    PHASE[0] = "pristine"
     pristine = [t for _ in range(max(2, rounds // 3)) for t in [step() for _ in range(block)][1:]]
     none: list[float] = []
     prof: list[float] = []
     for _ in range(rounds):
         torch.cuda.synchronize()
+        PHASE[0] = "none"
         none += [step() for _ in range(block)][1:]
         h = on()
+        PHASE[0] = "prof"
         prof += [step() for _ in range(block)][1:]  # the first step of a block warms the profiler
         off(h)
     a, b = statistics.median(none) * 1e3, statistics.median(prof) * 1e3
     p0 = statistics.median(pristine) * 1e3
     print(json.dumps({"profiler": which, "pristine_ms": round(p0, 3), "unprofiled_ms": round(a, 3),
                       "profiled_ms": round(b, 3), "ratio": round(b / a, 4), "ratio_to_pristine": round(b / p0, 4),
-                      "steps_each": len(none), "device": torch.cuda.get_device_name(0)}))
+                      "steps_each": len(none), "device": torch.cuda.get_device_name(0),
+                      "host_ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in HOST.items() if v},
+                      "instructions": {k: int(statistics.median(v)) for k, v in INSTR.items() if v}}))
     if which == "proton":
         import triton.profiler as proton
 

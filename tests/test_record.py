@@ -306,3 +306,48 @@ def test_calls_without_ops_leave_no_nodes(tmp_path: Path) -> None:
     assert prof.cct.inclusive.any(axis=1).all()
     assert not any(f.function in ("busy", "dumps", "<genexpr>") for f in prof.frames)
     assert any(f.has_source and f.line == line_of(tmp_path, "prog.py", "the one op line") for f in prof.frames)
+
+
+CHECKPOINT = """\
+import torch
+from torch.utils.checkpoint import checkpoint
+
+lin = [torch.nn.Linear(64, 64) for _ in range(3)]
+
+def first(h):
+    return lin[0](h)  # REENTRANT
+
+def second(h):
+    return lin[1](h)  # NONREENTRANT
+
+x = torch.randn(32, 64, requires_grad=True)
+for _ in range(3):
+    h = checkpoint(first, x, use_reentrant=True)
+    h = checkpoint(second, h, use_reentrant=False)
+    h.square().mean().backward()
+    (g,) = torch.autograd.grad(lin[2](x).sum(), x, create_graph=True)  # GRAD
+    g.square().sum().backward()
+"""
+
+
+def test_checkpoint_recompute_and_double_backward_under_forward_lines(tmp_path: Path) -> None:
+    # A reentrant checkpoint runs a backward() inside a backward node; a create_graph backward
+    # makes nodes whose own backward runs later. Each lands under the line of its forward op.
+    r = record(tmp_path, CHECKPOINT)
+    assert r.returncode == 0, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = {m: line_of(tmp_path, "prog.py", m) for m in ("REENTRANT", "NONREENTRANT", "GRAD")}
+    under: dict[str, int] = {m: 0 for m in lines}
+    second_order = 0
+    for i in range(len(prof.cct)):
+        if prof.frame_of(i).name != "AddmmBackward0" and "MmBackward" not in prof.frame_of(i).name:
+            continue
+        path = prof.call_path(i)
+        at = {p.line for p in path if p.kind == "python" and p.file.endswith("prog.py")}
+        for m, ln in lines.items():
+            if ln in at:
+                under[m] += int(prof.cct.inclusive[i, CPU])
+        if lines["GRAD"] in at and sum(p.kind == "backward" for p in path) >= 2:
+            second_order += int(prof.cct.inclusive[i, CPU])
+    assert all(v > 0 for v in under.values()), under
+    assert second_order > 0

@@ -29,9 +29,6 @@ std::atomic<int64_t> g_bw_unrecorded{0};  // backward() calls running now with R
 std::atomic<uint64_t> g_bw_calls{0};       // backward() calls begun: a new one may place nodes anew
 bool device_recording();                  // collector.cpp: CUPTI's callbacks and activities are on
 
-// The calling thread's context node now, -1 while not recording (with the GIL: from Python).
-int64_t context_here() { return g_host_on.load() ? context(tstate()) : -1; }
-
 // A node's name as torch's RecordFunction gives it (`torch::autograd::generated::MmBackward0`).
 // Demangled once per node type; a type whose name() says more than its type (a Python
 // Function's node, named by its class) is asked each time: once per node run, see below.
@@ -68,15 +65,45 @@ int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const v
   return frames_beneath(ts, ts.bw_node, ts.bw_frame);
 }
 
-// The node a launch, copy or memset entered now on this thread belongs to.
-int64_t launch_node(ThreadState& ts) {
+// Whether this thread runs backward work with RecordFunction off and no recorded op open.
+bool unrecorded_backward(const ThreadState& ts) {
+  return g_bw_unrecorded.load(std::memory_order_relaxed) > 0 && (ts.stack.empty() || ts.stack.back().node < 0);
+}
+
+// The node that work entered now on this thread belongs to.
+int64_t place_now(ThreadState& ts) {
   const void* frame = current_pyframe();
-  if (g_bw_unrecorded.load(std::memory_order_relaxed) > 0 && (ts.stack.empty() || ts.stack.back().node < 0)) {
+  if (unrecorded_backward(ts)) {
     auto fn = torch::autograd::get_current_node();  // shared_ptr in torch 2.11, intrusive_ptr in 2.13
     if (fn) return backward_launch_node(ts, *fn, frame);
   }
   return current_node(ts, frame);
 }
+
+// The node a launch, copy or memset entered now on this thread belongs to: its place.
+//
+// Autograd nodes made while backward runs without RecordFunction — a reentrant checkpoint's
+// recompute and the backward of the graph it builds, a `create_graph=True` backward's own
+// graph — have no op to claim their sequence numbers when it exits. So there, a launch claims
+// the numbers its thread took since its last launch: an op makes its autograd node before it
+// launches its kernels, so the op that launches is the one whose node it is, or a view just
+// before it. Their backward then finds the line that launched their forward, as it would with
+// RecordFunction on.
+int64_t launch_node(ThreadState& ts) {
+  int64_t node = place_now(ts);
+  if (unrecorded_backward(ts)) {
+    int64_t now = int64_t(at::sequence_number::peek());
+    if (now != ts.seq_mark && !g_diag_no_launch_claims)
+      seq_claim(at::RecordFunction::currentThreadId(), ts.seq_mark, now, node);
+    ts.seq_mark = now;
+  }
+  return node;
+}
+
+// The calling thread's place now, -1 while not recording (with the GIL: from Python). On an
+// autograd thread inside a node (a reentrant checkpoint's nested backward() call), that is the
+// node's place, not the thread's own root.
+int64_t context_here() { return g_host_on.load() ? place_now(tstate()) : -1; }
 
 // Around autograd's engine (from Python, with the GIL): the `backward()` call's context for
 // backward work that finds no forward op, and RecordFunction off on this thread when `allow_off`
@@ -89,6 +116,7 @@ void backward_begin(bool allow_off) {
   g_backward_ctx.store(context_here());
   g_bw_calls.fetch_add(1);
   ts.bw_frame = current_pyframe();
+  ts.seq_mark = int64_t(at::sequence_number::peek());  // the forward's numbers: its ops claimed them
   if (off) {
     at::enableRecordFunction(false);
     g_bw_unrecorded.fetch_add(1);

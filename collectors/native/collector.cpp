@@ -80,9 +80,10 @@ at::CallbackHandle g_handle = 0;
 // Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
 // the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities;
 // RecordFunction switched per quiet op; kept in backward; off in backward without CUPTI; CUPTI
-// without driver-API callbacks (Triton's launches then go unplaced).
+// without driver-API callbacks (Triton's launches then go unplaced); no sequence numbers claimed
+// by launches in backward (autograd.h).
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
-     g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false;
+     g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false, g_diag_no_launch_claims = false;
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -137,8 +138,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     if (g_diag_toggle) at::enableRecordFunction(false);
     else ++ts.quiet;
   }
-  ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet,
-                            backward ? -1 : int64_t(at::sequence_number::peek())});
+  ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet, int64_t(at::sequence_number::peek())});
   return nullptr;
 }
 
@@ -161,11 +161,9 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (op.seq0 >= 0) {
     // Every autograd node the op made (its own and those of the ops inside it) took a sequence
     // number from op.seq0 on: their backward ops belong to this op — or to the innermost
-    // recorded op inside it that made them, which exited first and claimed its numbers.
-    int64_t seq1 = int64_t(at::sequence_number::peek());
-    uint64_t tid = at::RecordFunction::currentThreadId();
-    for (int64_t q = op.seq0; q < seq1 && q < op.seq0 + 4096; ++q)
-      if (seq_lookup(tid, q) < 0) seq_store(tid, q, op.node);
+    // recorded op inside it that made them, which exited first and claimed its numbers. A
+    // backward op too: under create_graph=True it makes the nodes of the next order's backward.
+    seq_claim(at::RecordFunction::currentThreadId(), op.seq0, int64_t(at::sequence_number::peek()), op.node);
   }
   int64_t dur = ticks() - op.t0;
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
@@ -227,6 +225,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_rf_backward = diag.find("rfbackward") != std::string::npos;
   g_diag_bw_off = diag.find("bwoff") != std::string::npos;
   g_diag_no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
+  g_diag_no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();

@@ -231,11 +231,14 @@ int64_t backward_marker(ThreadState& ts, int64_t parent) {
 
 // The one backward rule: a backward op with autograd sequence number `seq`, taken on forward
 // thread `tid`, goes under the forward op that took it, beneath a [backward] marker; without a
-// match, under the op open on this thread, else the `backward()` call that is running (for
-// autograd's device threads) or this thread's own context.
+// match (AccumulateGrad has no number), under the op open on this thread, else the innermost
+// `backward()` call that is running — a reentrant checkpoint's nested call sits under the
+// checkpoint's own backward — else this thread's own context.
 int64_t backward_parent(ThreadState& ts, uint64_t tid, int64_t seq) {
   int64_t fwd = seq_lookup(tid, seq);
-  if (fwd < 0) fwd = (!ts.stack.empty() && ts.stack.back().node >= 0) ? ts.stack.back().node : context(ts);
+  if (fwd < 0 && !ts.stack.empty() && ts.stack.back().node >= 0) fwd = ts.stack.back().node;
+  if (fwd < 0) fwd = g_backward_ctx.load(std::memory_order_relaxed);
+  if (fwd < 0) fwd = context(ts);
   return backward_marker(ts, fwd);
 }
 

@@ -190,6 +190,7 @@ struct ThreadState {
   const void* bw_fn = nullptr;
   uint64_t bw_seq = 0, bw_tid = 0, bw_call = 0;
   int64_t bw_node = -1;
+  int64_t seq_mark = 0;  // this thread's sequence numbers before it are claimed (autograd.h)
   std::unordered_map<const std::type_info*, std::pair<bool, std::string>> bw_names;
   std::string bw_scratch;
 };
@@ -259,6 +260,13 @@ int64_t seq_lookup(uint64_t tid, int64_t seq) {
   if (s.seq.load(std::memory_order_acquire) != seq) return -1;
   int64_t n = s.node.load(std::memory_order_relaxed);
   return s.seq.load(std::memory_order_acquire) == seq ? n : -1;
+}
+
+// Sequence numbers [from, to) taken on forward thread `tid` belong to `node`, except those an op
+// inside it claimed first (it exited first). The last 4096 at most: an op makes a few nodes.
+void seq_claim(uint64_t tid, int64_t from, int64_t to, int64_t node) {
+  for (int64_t q = std::max(from, to - 4096); q < to; ++q)
+    if (seq_lookup(tid, q) < 0) seq_store(tid, q, node);
 }
 
 void seq_clear() {
