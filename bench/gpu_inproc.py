@@ -17,6 +17,8 @@ is what `--steps A:B` leaves behind: ROUNDS blocks unprofiled, one block under d
 and fully off, as at steps A and B), ROUNDS blocks unprofiled again; the ratio is after / before.
 `after-none` runs the same blocks with no profiler: the machine's own drift, to compare with.
 DLPT_BENCH_CYCLES=K: K windows one after another before the "after" blocks.
+DLPT_BENCH_CPUS=A-B: the process pinned to those CPUs. `host_ms` in the output is the host's time
+per step up to the loss read (all enqueued): equal to the step, the step is launch-bound.
 """
 
 from __future__ import annotations
@@ -27,23 +29,23 @@ import statistics
 import sys
 import time
 
-import torch
+if os.environ.get("DLPT_BENCH_CPUS"):
+    # Pinned before torch starts its threads (they inherit it): whether the host's drift between
+    # and within processes comes from moving between cores.
+    lo, _, hi = os.environ["DLPT_BENCH_CPUS"].partition("-")
+    os.sched_setaffinity(0, range(int(lo), int(hi or lo) + 1))
+
+import torch  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "shared", "programs", "nanoGPT"))
 
 from model import GPT, GPTConfig  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hwcount import counter_or_none  # noqa: E402
-
 # Host time per step (up to the loss read, which waits for the GPU), by phase: whether a
 # profiler's cost falls on the host (launch-bound steps) or on the GPU.
 PHASE = ["warm"]
 HOST: dict[str, list[float]] = {"warm": [], "pristine": [], "none": [], "prof": []}
-# Instructions the main thread retires per step (hwcount.py: deterministic where times swing).
-INSTR: dict[str, list[float]] = {k: [] for k in HOST}
-COUNTER = counter_or_none()
 
 
 def make_step():
@@ -56,7 +58,6 @@ def make_step():
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     def step() -> float:
-        i0 = COUNTER.read() if COUNTER else 0
         t0 = time.perf_counter()
         with ctx:
             _, loss = model(x, y)
@@ -65,8 +66,6 @@ def make_step():
         opt.step()
         opt.zero_grad(set_to_none=True)
         HOST[PHASE[0]].append(time.perf_counter() - t0)  # the host's share: all enqueued
-        if COUNTER:  # before the loss read, whose wait for the GPU may spin
-            INSTR[PHASE[0]].append(COUNTER.read() - i0)
         loss.item()  # train.py reads the loss every step (log_interval 1)
         return time.perf_counter() - t0
 
@@ -164,8 +163,7 @@ def main() -> None:
     print(json.dumps({"profiler": which, "pristine_ms": round(p0, 3), "unprofiled_ms": round(a, 3),
                       "profiled_ms": round(b, 3), "ratio": round(b / a, 4), "ratio_to_pristine": round(b / p0, 4),
                       "steps_each": len(none), "device": torch.cuda.get_device_name(0),
-                      "host_ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in HOST.items() if v},
-                      "instructions": {k: int(statistics.median(v)) for k, v in INSTR.items() if v}}))
+                      "host_ms": {k: round(statistics.median(v) * 1e3, 3) for k, v in HOST.items() if v}}))
     if which == "proton":
         import triton.profiler as proton
 

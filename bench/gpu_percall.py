@@ -36,9 +36,6 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hwcount import counter_or_none  # noqa: E402
 
 x = torch.ones(4, device="cuda")
 lin = torch.nn.Linear(64, 64).cuda()
@@ -75,19 +72,12 @@ def mlp_step(k: int) -> None:
 LOOPS = {"add": (add, 20_000), "linear": (linear, 20_000), "deep": (deep, 20_000), "mlp": (mlp_step, 1_000)}
 
 
-COUNTER = counter_or_none()
-
-
-def timed(fn, k: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """ns and instructions (user space, this thread; nan without counters) per iteration."""
+def timed(fn, k: int) -> float:  # type: ignore[no-untyped-def]
     torch.cuda.synchronize()
-    i0 = COUNTER.read() if COUNTER else 0
     t0 = time.perf_counter_ns()
     fn(k)
-    i1 = COUNTER.read() if COUNTER else float("nan")  # before the wait for the GPU, which may spin
     torch.cuda.synchronize()
-    t1 = time.perf_counter_ns()
-    return (t1 - t0) / k, (i1 - i0) / k
+    return (time.perf_counter_ns() - t0) / k
 
 
 def dlpt_configs() -> dict[str, tuple]:
@@ -161,8 +151,7 @@ def main() -> None:
     configs = dlpt_configs() if which == "dlpt" else peer_configs(which)
     # Unprofiled before any profiler ran, then alternating: CUPTI left attached shows as a
     # difference between the two.
-    res: dict[str, dict[str, list[tuple[float, float]]]] = {"pristine": {n: [] for n in LOOPS},
-                                                            "none": {n: [] for n in LOOPS}}
+    res: dict[str, dict[str, list[float]]] = {"pristine": {n: [] for n in LOOPS}, "none": {n: [] for n in LOOPS}}
     for _ in range(3):
         for n, (fn, k) in LOOPS.items():
             res["pristine"][n].append(timed(fn, k))
@@ -179,15 +168,13 @@ def main() -> None:
                 res[name][n].append(timed(fn, k))
             if name != "none":
                 configs[name][1]()
-    out: dict[str, dict] = {}
-    for j, what in enumerate(("ns", "instructions")):
-        med = {c: {n: statistics.median(x[j] for x in v) for n, v in d.items()} for c, d in res.items()}
-        base = med["pristine"]
-        print(f"{what + ' per iteration':24}" + "".join(f"{n:>18}" for n in LOOPS))
-        for c, d in med.items():
-            print(f"{c:24}" + "".join(f"{d[n]:>10.0f} {d[n] - base[n]:>+7.0f}" for n in LOOPS))
-        out[what] = {c: {n: round(v, 1) for n, v in d.items()} for c, d in med.items()}
-    print(json.dumps({"family": which, "device": torch.cuda.get_device_name(0), "rounds": rounds, "per_iter": out}))
+    med = {c: {n: statistics.median(v) for n, v in d.items()} for c, d in res.items()}
+    base = med["pristine"]
+    print(f"{'ns per iteration':24}" + "".join(f"{n:>18}" for n in LOOPS))
+    for c, d in med.items():
+        print(f"{c:24}" + "".join(f"{d[n]:>10.0f} {d[n] - base[n]:>+7.0f}" for n in LOOPS))
+    print(json.dumps({"family": which, "device": torch.cuda.get_device_name(0), "rounds": rounds,
+                      "ns_per_iter": {c: {n: round(v, 1) for n, v in d.items()} for c, d in med.items()}}))
     if which == "proton":
         import triton.profiler as proton
 
