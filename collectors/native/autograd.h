@@ -65,58 +65,69 @@ int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const v
   return frames_beneath(ts, ts.bw_node, ts.bw_frame);
 }
 
-// Whether this thread runs backward work with RecordFunction off and no recorded op open.
-bool unrecorded_backward(const ThreadState& ts) {
-  return g_bw_unrecorded.load(std::memory_order_relaxed) > 0 && (ts.stack.empty() || ts.stack.back().node < 0);
+// The autograd node running on this thread while backward runs with RecordFunction off and no
+// recorded op is open here; nullptr otherwise. Alive while it runs: the engine holds it.
+torch::autograd::Node* unrecorded_node(const ThreadState& ts) {
+  if (g_bw_unrecorded.load(std::memory_order_relaxed) == 0 || !(ts.stack.empty() || ts.stack.back().node < 0))
+    return nullptr;
+  auto fn = torch::autograd::get_current_node();  // shared_ptr in torch 2.11, intrusive_ptr in 2.13
+  return fn ? fn.get() : nullptr;
 }
 
-// The node that work entered now on this thread belongs to.
-int64_t place_now(ThreadState& ts) {
-  const void* frame = current_pyframe();
-  if (unrecorded_backward(ts)) {
-    auto fn = torch::autograd::get_current_node();  // shared_ptr in torch 2.11, intrusive_ptr in 2.13
-    if (fn) return backward_launch_node(ts, *fn, frame);
-  }
-  return current_node(ts, frame);
-}
-
-// The node a launch, copy or memset entered now on this thread belongs to: its place.
+// The node a launch, copy or memset entered now on this thread belongs to.
 //
-// Autograd nodes made while backward runs without RecordFunction — a reentrant checkpoint's
-// recompute and the backward of the graph it builds, a `create_graph=True` backward's own
-// graph — have no op to claim their sequence numbers when it exits. So there, a launch claims
-// the numbers its thread took since its last launch: an op makes its autograd node before it
-// launches its kernels, so the op that launches is the one whose node it is, or a view just
-// before it. Their backward then finds the line that launched their forward, as it would with
-// RecordFunction on.
+// Autograd nodes made inside a node while backward runs without RecordFunction — a reentrant
+// checkpoint's recompute and the backward of the graph it builds, a `create_graph=True`
+// backward's own graph — have no op to claim their sequence numbers when it exits. So there, a
+// launch claims the numbers its thread took since its last launch: an op makes its autograd
+// node before it launches its kernels, so the op that launches is the one whose node it is, or
+// a view just before it. Their backward then finds the line that launched their forward, as
+// with RecordFunction on. Where that guess is off: a node made after its op's launch
+// (CopySlices, for an in-place op on a view) or by an op that launches nothing at the end of a
+// node goes to the next launch on the thread; a custom Function's node, made before its forward
+// runs, goes to the first launch inside that forward, not to its `apply` line.
 int64_t launch_node(ThreadState& ts) {
-  int64_t node = place_now(ts);
-  if (unrecorded_backward(ts)) {
-    int64_t now = int64_t(at::sequence_number::peek());
-    if (now != ts.seq_mark && !g_diag_no_launch_claims)
-      seq_claim(at::RecordFunction::currentThreadId(), ts.seq_mark, now, node);
-    ts.seq_mark = now;
-  }
+  const void* frame = current_pyframe();
+  torch::autograd::Node* fn = unrecorded_node(ts);
+  if (fn == nullptr) return current_node(ts, frame);
+  int64_t node = backward_launch_node(ts, *fn, frame);
+  int64_t now = int64_t(at::sequence_number::peek());
+  if (now != ts.seq_mark && !g_diag_no_launch_claims)
+    seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, node);
+  ts.seq_mark = now;
+  ts.seq_place = node;
   return node;
 }
 
-// The calling thread's place now, -1 while not recording (with the GIL: from Python). On an
-// autograd thread inside a node (a reentrant checkpoint's nested backward() call), that is the
-// node's place, not the thread's own root.
-int64_t context_here() { return g_host_on.load() ? place_now(tstate()) : -1; }
+// The calling thread's context now, -1 while not recording (with the GIL: from Python). On an
+// autograd thread inside a node (a reentrant checkpoint's nested backward() call), the node's
+// place, not the thread's own root.
+int64_t context_here() {
+  if (!g_host_on.load()) return -1;
+  ThreadState& ts = tstate();
+  torch::autograd::Node* fn = unrecorded_node(ts);
+  return fn ? backward_launch_node(ts, *fn, current_pyframe()) : context(ts);
+}
 
 // Around autograd's engine (from Python, with the GIL): the `backward()` call's context for
 // backward work that finds no forward op, and RecordFunction off on this thread when `allow_off`
-// and CUPTI is recording (see the top of this file). Calls nest (a backward inside a hook).
+// and CUPTI is recording (see the top of this file). Calls nest (a backward inside a hook, a
+// reentrant checkpoint's inside a node).
 void backward_begin(bool allow_off) {
   ThreadState& ts = tstate();
   bool off = allow_off && g_host_on.load() && (device_recording() || g_diag_bw_off) && !g_diag_rf_backward &&
              at::isRecordFunctionEnabled();
-  ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), ts.bw_frame, off});
-  g_backward_ctx.store(context_here());
+  int64_t here = context_here();
+  int64_t now = int64_t(at::sequence_number::peek());
+  // With RecordFunction on, the ops before this call claimed their numbers. Already off (inside a
+  // node), what the recompute made after its last launch goes to that launch's place.
+  if (!at::isRecordFunctionEnabled() && ts.seq_place >= 0 && now != ts.seq_mark && !g_diag_no_launch_claims)
+    seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, ts.seq_place);
+  ts.seq_mark = now;
+  ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), here, ts.bw_frame, off});
+  g_backward_ctx.store(here);
   g_bw_calls.fetch_add(1);
   ts.bw_frame = current_pyframe();
-  ts.seq_mark = int64_t(at::sequence_number::peek());  // the forward's numbers: its ops claimed them
   if (off) {
     at::enableRecordFunction(false);
     g_bw_unrecorded.fetch_add(1);
@@ -128,7 +139,9 @@ void backward_end() {
   if (ts.bw_calls.empty()) return;
   BackwardCall c = ts.bw_calls.back();
   ts.bw_calls.pop_back();
-  g_backward_ctx.store(c.ctx);
+  // Back to the enclosing call's context, unless a call on another thread began meanwhile.
+  int64_t mine = c.here;
+  g_backward_ctx.compare_exchange_strong(mine, c.ctx);
   ts.bw_frame = c.frame;
   if (c.rf_off) {
     at::enableRecordFunction(true);

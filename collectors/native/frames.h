@@ -237,7 +237,7 @@ int64_t backward_marker(ThreadState& ts, int64_t parent) {
 int64_t backward_parent(ThreadState& ts, uint64_t tid, int64_t seq) {
   int64_t fwd = seq_lookup(tid, seq);
   if (fwd < 0 && !ts.stack.empty() && ts.stack.back().node >= 0) fwd = ts.stack.back().node;
-  if (fwd < 0) fwd = g_backward_ctx.load(std::memory_order_relaxed);
+  if (fwd < 0) fwd = ts.bw_calls.empty() ? g_backward_ctx.load(std::memory_order_relaxed) : ts.bw_calls.back().here;
   if (fwd < 0) fwd = context(ts);
   return backward_marker(ts, fwd);
 }

@@ -163,6 +163,7 @@ struct FrameKeyHash {
 // A `backward()` call running on this thread (autograd.h).
 struct BackwardCall {
   int64_t ctx;        // the enclosing call's context, restored at its end
+  int64_t here;       // this call's context
   const void* frame;  // the enclosing call's frame
   bool rf_off;        // RecordFunction switched off on this thread for it
 };
@@ -190,7 +191,9 @@ struct ThreadState {
   const void* bw_fn = nullptr;
   uint64_t bw_seq = 0, bw_tid = 0, bw_call = 0;
   int64_t bw_node = -1;
-  int64_t seq_mark = 0;  // this thread's sequence numbers before it are claimed (autograd.h)
+  // Launch claims (autograd.h): this thread's sequence numbers from seq_mark on are unclaimed;
+  // seq_place is the place of its last claiming launch.
+  int64_t seq_mark = 0, seq_place = -1;
   std::unordered_map<const std::type_info*, std::pair<bool, std::string>> bw_names;
   std::string bw_scratch;
 };
@@ -218,6 +221,8 @@ ThreadState& tstate() {
     s->last.clear();
     s->last_nodes.clear();
     s->bw_fn = nullptr;
+    s->seq_mark = int64_t(at::sequence_number::peek());  // numbers from before this recording
+    s->seq_place = -1;
   }
   return *s;
 }
@@ -263,9 +268,10 @@ int64_t seq_lookup(uint64_t tid, int64_t seq) {
 }
 
 // Sequence numbers [from, to) taken on forward thread `tid` belong to `node`, except those an op
-// inside it claimed first (it exited first). The last 4096 at most: an op makes a few nodes.
+// inside it claimed first (it exited first). The first 4096 at most: an op makes a few nodes, and
+// its own comes first.
 void seq_claim(uint64_t tid, int64_t from, int64_t to, int64_t node) {
-  for (int64_t q = std::max(from, to - 4096); q < to; ++q)
+  for (int64_t q = from; q < to && q < from + 4096; ++q)
     if (seq_lookup(tid, q) < 0) seq_store(tid, q, node);
 }
 
