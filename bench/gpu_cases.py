@@ -1,7 +1,10 @@
 """`dlpt record` on the hard cases, on a real GPU: a torch.compile'd module, a CUDA-graph replay,
 threads started while recording, and every copy kind. For each program in bench/gpu_cases/ it
 records a profile and reports, per line marked `# CASE: ...`, the GPU time dlpt puts on that
-line, plus the share of GPU time at a source line and what stayed unattributed.
+line, plus the share of GPU time at a source line and what stayed unattributed; it exits 1 when a
+program fails or keeps under 99.5% of its GPU time at a source line. The backward cases:
+activation checkpointing (reentrant and not), a second-order gradient, a custom backward on the
+CPU queue, and `mode="reduce-overhead"` training.
 
     python bench/gpu_cases.py [CASE...]   # on the device machine; profiles, gpu_cases.json under $OUT
 """
@@ -77,6 +80,11 @@ def main() -> None:
     with open(os.path.join(OUT, "gpu_cases.json"), "w") as f:
         json.dump({"torch": __import__("torch").__version__,
                    "gpu": __import__("torch").cuda.get_device_name(), "results": results}, f, indent=1)
+    # Every program must run to its end and keep all but 0.5% of its GPU time on source lines.
+    bad = [n for n, r in results.items()
+           if "error" in r or r["attributed_to_source_us"] < 0.995 * r["gpu_time_us"]]
+    if bad:
+        raise SystemExit(f"gpu_cases: failed or under 99.5% at a source line: {', '.join(bad)}")
 
 
 if __name__ == "__main__":
