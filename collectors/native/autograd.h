@@ -74,6 +74,15 @@ torch::autograd::Node* unrecorded_node(const ThreadState& ts) {
   return fn ? fn.get() : nullptr;
 }
 
+// The numbers this thread took since its mark (the last 4096 at most) go to `place`, unless
+// claimed already; the mark moves to now.
+void claim_since_mark(ThreadState& ts, int64_t place) {
+  int64_t now = int64_t(at::sequence_number::peek());
+  if (place >= 0 && now != ts.seq_mark && !g_diag_no_launch_claims)
+    seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, place);
+  ts.seq_mark = now;
+}
+
 // The node a launch, copy or memset entered now on this thread belongs to.
 //
 // Autograd nodes made inside a node while backward runs without RecordFunction — a reentrant
@@ -91,10 +100,7 @@ int64_t launch_node(ThreadState& ts) {
   torch::autograd::Node* fn = unrecorded_node(ts);
   if (fn == nullptr) return current_node(ts, frame);
   int64_t node = backward_launch_node(ts, *fn, frame);
-  int64_t now = int64_t(at::sequence_number::peek());
-  if (now != ts.seq_mark && !g_diag_no_launch_claims)
-    seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, node);
-  ts.seq_mark = now;
+  claim_since_mark(ts, node);
   ts.seq_place = node;
   return node;
 }
@@ -118,12 +124,9 @@ void backward_begin(bool allow_off) {
   bool off = allow_off && g_host_on.load() && (device_recording() || g_diag_bw_off) && !g_diag_rf_backward &&
              at::isRecordFunctionEnabled();
   int64_t here = context_here();
-  int64_t now = int64_t(at::sequence_number::peek());
   // With RecordFunction on, the ops before this call claimed their numbers. Already off (inside a
   // node), what the recompute made after its last launch goes to that launch's place.
-  if (!at::isRecordFunctionEnabled() && ts.seq_place >= 0 && now != ts.seq_mark && !g_diag_no_launch_claims)
-    seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, ts.seq_place);
-  ts.seq_mark = now;
+  claim_since_mark(ts, at::isRecordFunctionEnabled() ? -1 : ts.seq_place);
   ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), here, ts.bw_frame, off});
   g_backward_ctx.store(here);
   g_bw_calls.fetch_add(1);
