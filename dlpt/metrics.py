@@ -13,6 +13,13 @@ METRICS = (
     "gpu_time", "kernel_time", "comm_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
     "memset_time", "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count",
     "memset_count", "cpu_time",
+    # Why the GPU waits (docs/ARCHITECTURE.md, "Idle, sync and host time"): wall-clock time the
+    # host spent with the node as its innermost line; GPU idle time blamed on the host lines that
+    # ran during each gap; host time blocked waiting for the GPU.
+    "host_time", "gpu_idle_time", "sync_time",
+    # GPU memory from the caching allocator's events: bytes and number of allocations, and the
+    # bytes still live at the device's peak (summed over devices).
+    "alloc_bytes", "alloc_count", "peak_bytes",
 )
 COL = {m: i for i, m in enumerate(METRICS)}
 # The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
