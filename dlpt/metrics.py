@@ -23,7 +23,8 @@ METRICS = (
 )
 COL = {m: i for i, m in enumerate(METRICS)}
 # The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
-METRICS_V1 = tuple(m for m in METRICS if m != "comm_time")
+METRICS_V1 = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time", "memset_time",
+              "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count", "memset_count", "cpu_time")
 TIME_METRICS = frozenset(m for m in METRICS if m.endswith("_time"))
 BYTE_METRICS = frozenset(m for m in METRICS if m.endswith("_bytes"))
 
