@@ -12,7 +12,7 @@ from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import LinkResult, link_columns, link_trace  # noqa: F401
 from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import collective_mask, exclusive_matrix
+from dlpt.metrics import COL, collective_mask, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.progress import Progress
 from dlpt.transforms import prune_empty
@@ -121,5 +121,10 @@ def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict
     exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
                            cpu_node, np.asarray(out.cpu_self, dtype=i64), act.count,
                            collective=collective_mask(frames.frames, act.name, act.kind))
+    for metric, (nodes, values) in out.extra.items():
+        if len(nodes):
+            exc[:, COL[metric]] += np.bincount(new_of_old[np.asarray(nodes, dtype=i64)],
+                                               weights=np.asarray(values, dtype=i64),
+                                               minlength=len(parent)).astype(i64)
     # Nodes with nothing beneath them (a call that reached no op or GPU work) say nothing.
     return prune_empty(Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta))

@@ -53,6 +53,9 @@ class LinkResult:
     count: list[int] = field(default_factory=list)  # activities per row; empty: one each
     cpu_node: list[int] = field(default_factory=list)
     cpu_self: list[int] = field(default_factory=list)
+    # Further metric columns by name (host_time, sync_time, gpu_idle_time, ...): builder node ids
+    # and their values, totalled per node like the rest.
+    extra: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     skipped: int = 0
 
 

@@ -177,6 +177,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 
 #include "autograd.h"
 #include "device.h"  // after the callback: it reads the diagnostics flags above
+#include "host.h"    // host time, sync time, GPU busy intervals
 
 namespace {
 bool device_recording() {
@@ -217,7 +218,7 @@ std::string switch_on(bool device, bool host) {
 
 // Start a recording: a fresh trie, the host callback, and CUPTI when asked. Returns "" when the
 // device side is on (or was not asked for), else why it could not start.
-std::string start(bool device, bool gil_frames, bool host, const std::string& diag) {
+std::string start(bool device, bool gil_frames, bool host, const std::string& diag, int64_t sample_ns) {
   g_diag_noop = diag.find("noop") != std::string::npos;
   g_diag_no_callbacks = diag.find("nocallbacks") != std::string::npos;
   g_diag_no_activities = diag.find("noactivities") != std::string::npos;
@@ -261,12 +262,14 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_main_tstate = PyThreadState_Get();
   g_tick0 = ticks();
   g_ns0 = steady_ns();
+  host_start(sample_ns, device);
   return switch_on(device, host);
 }
 
 // Everything off: the callback removed (the rest of the program runs at unprofiled speed),
 // CUPTI's activities flushed into the trie and disabled.
 void stop() {
+  host_stop();
   g_host_on.store(false);
   if (g_host_registered) {
     at::removeCallback(g_handle);
@@ -336,6 +339,77 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
 }
 
 
+template <typename T>
+py::bytes column(const std::vector<T>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// Host time, sync time and the GPU's busy intervals so far (host.h), as int64 columns:
+// host_node/host_ns and sync_node/sync_ns per node; the host intervals (iv_*: start, end, node,
+// thread id, in-sync; steady clock), the open ones up to now; busy intervals per device
+// (busy_device/busy_start/busy_end, merged; CUPTI's clock); the window (steady clock, end 0
+// while recording), CUPTI's clock offset, the threads that launched GPU work.
+py::dict host_snapshot() {
+  std::vector<int64_t> hn, hv, sn, sv, is, ie, in, it, iy, bd, bs, be, launch_tids;
+  int64_t w0, w1, now = steady_ns();
+  {
+    py::gil_scoped_release nogil;
+    {
+      std::lock_guard<std::mutex> lk(g_host_mu);
+      for (auto& [n, v] : g_host_ns) hn.push_back(n), hv.push_back(v);
+      for (auto& [n, v] : g_sync_ns) sn.push_back(n), sv.push_back(v);
+      auto put = [&](const HostInterval& x) {
+        is.push_back(x.start), ie.push_back(x.end), in.push_back(x.node), it.push_back(x.tid), iy.push_back(x.sync);
+      };
+      for (const HostInterval& x : g_intervals) put(x);
+      int64_t open_end = g_window_open.load() ? now : g_window_end;
+      if (g_keep_intervals)
+        for (auto& [tid, r] : g_runs)
+          if (r.node >= 0 && open_end > r.start) put(HostInterval{r.start, open_end, r.node, tid, r.sync});
+      w0 = g_window_start;
+      w1 = g_window_open.load() ? 0 : g_window_end;
+    }
+    {
+      std::lock_guard<std::mutex> lk(g_leaf_mu);
+      for (auto& [d, b] : g_busy) {
+        busy_merge(b);
+        for (auto& [x, y] : b.iv) bd.push_back(d), bs.push_back(x), be.push_back(y);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(g_threads_mu);
+      for (ThreadState* t : g_threads)
+        if (t->launched.load(std::memory_order_relaxed) && t->epoch == g_epoch.load()) launch_tids.push_back(t->tid);
+    }
+  }
+  py::dict d;
+  d["host_node"] = column(hn);
+  d["host_ns"] = column(hv);
+  d["sync_node"] = column(sn);
+  d["sync_ns"] = column(sv);
+  d["iv_start"] = column(is);
+  d["iv_end"] = column(ie);
+  d["iv_node"] = column(in);
+  d["iv_tid"] = column(it);
+  d["iv_sync"] = column(iy);
+  d["busy_device"] = column(bd);
+  d["busy_start"] = column(bs);
+  d["busy_end"] = column(be);
+  d["launch_tids"] = column(launch_tids);
+  d["window_start"] = w0;
+  d["window_end"] = w1;
+  d["now"] = now;
+#if defined(DLPT_CUPTI)
+  d["cupti_offset"] = g_cupti_offset;
+#else
+  d["cupti_offset"] = 0;
+#endif
+  d["samples"] = g_samples.load();
+  d["sample_waits"] = g_sample_waits.load();
+  d["sample_period_ns"] = g_sample_period_ns;
+  return d;
+}
+
 // Called first thing in a thread dlpt saw start: its work goes under `start_node` (the line
 // that started it) and a [thread] node; the frames on its stack now are dlpt's, not the program's.
 void register_thread(int64_t start_node, int64_t key) {
@@ -389,7 +463,9 @@ py::dict stats() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt's online collector: RecordFunction + CUPTI into a calling-context trie";
   m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true,
-        py::arg("diag") = "");
+        py::arg("diag") = "", py::arg("sample_ns") = 1000000);
+  m.def("host_snapshot", &host_snapshot);
+  m.def("ignore_this_thread", &ignore_this_thread);
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
   m.def("flush", &flush, py::arg("forced") = true, py::call_guard<py::gil_scoped_release>());
   m.def("snapshot", &snapshot, py::arg("codes_from") = 0, py::arg("names_from") = 0);

@@ -7,6 +7,11 @@ namespace {
 
 // ----- device side: CUPTI -----
 
+// host.h (included after this file): GPU busy intervals and sync time.
+void busy_add(int64_t device, int64_t start, int64_t end);
+void sync_enter(ThreadState& ts, int64_t node);
+void sync_exit(ThreadState& ts);
+
 struct Leaf {
   int64_t node, name, count, total, minv, maxv, bytes, device, stream;
   int32_t kind;
@@ -71,6 +76,7 @@ int64_t corr_get(uint64_t corr) {
 CUpti_SubscriberHandle g_sub = nullptr;
 std::atomic<bool> g_device_on{false};
 std::string g_cupti_error;
+int64_t g_cupti_offset = 0;  // CUPTI's timestamp minus steady_ns() (device_on)
 
 const char* mem_kind(int k) {
   switch (k) {
@@ -123,15 +129,29 @@ void detach_here() {
   g_sub = nullptr;  // finalizing ends every subscription
 }
 
-void CUPTIAPI on_api(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+// Runtime-API calls that block the host until the GPU catches up (host.h: sync time), by
+// callback id; filled when CUPTI is switched on.
+constexpr int kMaxRuntimeCbid = 1 << 12;
+bool g_sync_cbid[kMaxRuntimeCbid] = {};
+bool g_launch_cbid[kMaxRuntimeCbid] = {};
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_sync_cbid[cbid];
   if (cb->callbackSite != CUPTI_API_ENTER) {
+    if (sync) sync_exit(tstate());
     if (g_detach.load(std::memory_order_relaxed)) detach_here();
     return;
   }
   if (!g_device_on.load(std::memory_order_relaxed)) return;
   ThreadState& ts = tstate();
-  corr_put(cb->correlationId, launch_node(ts));
+  bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
+  int64_t node = launch_node(ts);
+  if (launch) {
+    corr_put(cb->correlationId, node);
+    if (!ts.launched.load(std::memory_order_relaxed)) ts.launched.store(true, std::memory_order_relaxed);
+  }
+  if (sync) sync_enter(ts, node);
 }
 
 constexpr size_t kBufferBytes = size_t(8) << 20;
@@ -163,6 +183,7 @@ void add_copy(const Copy* m) {
   auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
   add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
                   int64_t(m->bytes), m->deviceId, m->streamId);
+  busy_add(m->deviceId, int64_t(m->start), int64_t(m->end));
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
@@ -188,6 +209,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         }
         add_leaf_locked(record_node(k->correlationId), A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId,
                         k->streamId);
+        busy_add(k->deviceId, int64_t(k->start), int64_t(k->end));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY:
@@ -201,6 +223,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         std::string nm = std::string("Memset (") + mem_kind(m->memoryKind) + ")";
         add_leaf_locked(record_node(m->correlationId), A_MEMSET, name_idx(nm), int64_t(m->end - m->start),
                         int64_t(m->bytes), m->deviceId, m->streamId);
+        busy_add(m->deviceId, int64_t(m->start), int64_t(m->end));
         break;
       }
       default:
@@ -213,6 +236,21 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                      CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+// A blocking runtime call: the synchronize calls and the synchronous copies (`cudaMemcpy`,
+// `cudaMemcpy2D`..., not their `Async` forms). Names come with a version suffix
+// (`cudaStreamSynchronize_v3020`).
+bool is_sync(const char* name) {
+  if (name == nullptr) return false;
+  std::string_view s(name);
+  s = s.substr(0, s.find("_v"));
+  static const char* calls[] = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                                "cudaThreadSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D",
+                                "cudaMemcpyPeer", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol"};
+  for (const char* c : calls)
+    if (s == c) return true;
+  return false;
+}
 
 bool wanted(CUpti_CallbackDomain domain, const char* name) {
   if (name == nullptr) return false;
@@ -246,11 +284,32 @@ std::string device_on() {
     for (auto& dm : doms)
       for (int cbid = 1; cbid < dm.n && !(g_diag_no_driver && dm.d == CUPTI_CB_DOMAIN_DRIVER_API); ++cbid) {
         const char* nm = nullptr;
-        if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) == CUPTI_SUCCESS && wanted(dm.d, nm))
-          cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
+        if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) != CUPTI_SUCCESS) continue;
+        bool launch = wanted(dm.d, nm);
+        bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm);
+        if (dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid) {
+          g_launch_cbid[cbid] = launch;
+          g_sync_cbid[cbid] = sync;
+        }
+        if (launch || sync) cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
       }
   }
   g_device_on.store(true);
+  {
+    // CUPTI's clock against the steady clock, for laying host samples over GPU intervals: the
+    // closest pair of three reads.
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 3; ++i) {
+      int64_t a = steady_ns();
+      uint64_t c = 0;
+      cuptiGetTimestamp(&c);
+      int64_t b = steady_ns();
+      if (b - a < best) {
+        best = b - a;
+        g_cupti_offset = int64_t(c) - (a + (b - a) / 2);
+      }
+    }
+  }
   if (g_diag_no_activities) return "";
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);

@@ -61,9 +61,8 @@ void read_frames(ThreadState& ts, PyThreadState* t) {
   }
 #else
   // Public API (needs the GIL, which the caller holds here): frame objects are materialised.
-  (void)t;
-  PyFrameObject* f = PyEval_GetFrame();
-  Py_XINCREF(f);
+  // `t` is the calling thread, or another thread the host sampler reads (host.h).
+  PyFrameObject* f = t != nullptr ? PyThreadState_GetFrame(t) : nullptr;  // a new reference
   while (f != nullptr) {
     PyCodeObject* co = PyFrame_GetCode(f);
     ts.walk.emplace_back(reinterpret_cast<PyObject*>(co), -int64_t(PyFrame_GetLineNumber(f)) - 1);

@@ -196,6 +196,14 @@ struct ThreadState {
   int64_t seq_mark = 0, seq_place = -1;
   std::unordered_map<const std::type_info*, std::pair<bool, std::string>> bw_names;
   std::string bw_scratch;
+  // For the host sampler and sync time (host.h): this thread's PyThreadState (the sampler finds
+  // its base and cut through it), whether it is blocked in a CUDA synchronisation now, and
+  // whether it launched GPU work (GPU idle is blamed on the lines of launching threads).
+  PyThreadState* py = nullptr;
+  int64_t tid = 0;  // the OS thread id (what PyThreadState's native_thread_id holds)
+  std::atomic<int64_t> in_sync{0};
+  int64_t sync_node = -1, sync_t0 = 0;
+  std::atomic<bool> launched{false};
 };
 
 // Initial-exec: read with one instruction, not a __tls_get_addr call per op (the extension is
@@ -208,6 +216,8 @@ ThreadState& tstate() {
   ThreadState* s = t_state;
   if (!s) {
     s = t_state = new ThreadState();  // one per thread for the process's life: threads are few
+    s->py = PyGILState_GetThisThreadState();
+    s->tid = int64_t(syscall(SYS_gettid));
     std::lock_guard<std::mutex> lk(g_threads_mu);
     g_threads.push_back(s);
   }
@@ -223,6 +233,7 @@ ThreadState& tstate() {
     s->bw_fn = nullptr;
     s->seq_mark = int64_t(at::sequence_number::peek());  // numbers from before this recording
     s->seq_place = -1;
+    s->launched.store(false, std::memory_order_relaxed);
   }
   return *s;
 }

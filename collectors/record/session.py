@@ -167,7 +167,12 @@ class Recorder:
         device = self.cuda and os.environ.get("DLPT_DEVICE", "1") != "0"
         host = os.environ.get("DLPT_HOST", "1") != "0"
         # DLPT_DIAG: noop (the op callback returns at once), nocallbacks, noactivities (CUPTI's halves).
-        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""))
+        # DLPT_SAMPLE_US: the host sampler's period (host_time, GPU idle blame); 0 switches it off.
+        try:
+            sample_ns = int(float(os.environ.get("DLPT_SAMPLE_US", "1000")) * 1000)
+        except ValueError:
+            sample_ns = 1_000_000
+        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""), sample_ns)
         self.on = True
         if self.device_error and not self.quiet:
             notice(f"no GPU activity will be recorded ({self.device_error}); recording host op time only"
@@ -243,13 +248,15 @@ class Recorder:
     def _build(self, partial: bool) -> Profile:
         if self.on:
             self.mod.flush(not partial)
+        host = self.mod.host_snapshot()  # first: every node it names is then in the trie's snapshot
         snap = self.mod.snapshot(len(self.converter.code_info), len(self.converter.names))
         meta = self._meta(partial)
-        return self.converter.profile(snap, meta)
+        return self.converter.profile(snap, meta, host)
 
     def _snapshot_loop(self) -> None:
         from dlpt.store import save
 
+        self.mod.ignore_this_thread()  # dlpt's own: no host time for the program from it
         while not self._stop_snap.wait(self.snapshot_seconds):
             if not self._lock.acquire(blocking=False):
                 continue

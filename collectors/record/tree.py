@@ -96,8 +96,9 @@ class TrieConverter:
 
     # ----- snapshots -----
 
-    def update(self, snap: tuple[Any, ...]) -> tuple[LinkResult, dict[str, Any]]:
-        """Take in one snapshot (collector.snapshot's tuple); the activity and cpu columns."""
+    def update(self, snap: tuple[Any, ...], host: dict[str, Any] | None = None) -> tuple[LinkResult, dict[str, Any]]:
+        """Take in one snapshot (collector.snapshot's tuple, and host_snapshot's dict taken just
+        before it, so every node it names exists); the activity and metric columns."""
         parent, kind, a, b, cpu, leaves = (np.frombuffer(x, dtype=np.int64) for x in snap[:6])
         codes, names = snap[6], snap[7]
         self.code_info.extend(self._code(c) for c in codes)
@@ -132,10 +133,20 @@ class TrieConverter:
             out.device = rows[:, 8].tolist()
             out.stream = rows[:, 9].tolist()
             out.start = [0] * len(rows)
-        return out, {"activity_rows": len(rows)}
+        info: dict[str, Any] = {"activity_rows": len(rows)}
+        if host is not None:
+            info.update(self._host(host, nmap, out))
+        return out, info
 
-    def profile(self, snap: tuple[Any, ...], meta: dict[str, Any]) -> Profile:
-        out, _ = self.update(snap)
+    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: LinkResult) -> dict[str, Any]:
+        """host_time and sync_time onto their nodes, and what idle blame needs (host.h)."""
+        col = {k: np.frombuffer(v, dtype=np.int64) for k, v in host.items() if isinstance(v, bytes)}
+        out.extra["host_time"] = (nmap[col["host_node"]], col["host_ns"])
+        out.extra["sync_time"] = (nmap[col["sync_node"]], col["sync_ns"])
+        return {"host": col, "nmap": nmap}
+
+    def profile(self, snap: tuple[Any, ...], meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
+        out, _ = self.update(snap, host)
         prof = finish(self.builder, self.frames, out, meta)
         prof.sources.update(self.sources(prof))
         return prof

@@ -1,0 +1,253 @@
+// dlpt collector: why the GPU waits — host time by line (a sampler), host time blocked in CUDA
+// synchronisation (sync time), and the GPU's busy intervals that make its idle time.
+// Part of collector.cpp (one translation unit): included there after autograd.h, before device.h.
+//
+// Host time. The op callback sees the program only when it calls torch; a pure-Python loop, a
+// `time.sleep` or a data loader's wait never reach it. So a sampler thread wakes every
+// `period` (1 ms by default, pyinstrument's interval) and reads every Python thread's frames,
+// innermost first, into the same trie the ops use: the time since its last wake goes to each
+// thread's innermost frame. It takes the GIL to read other threads' frames (the safe way: a
+// frame changes only while its thread holds the GIL). Torch's bindings release the GIL around
+// every op and every synchronisation, so a program that launches work is read on time; a
+// thread that runs pure Python hands the GIL over within the switch interval (5 ms), so its
+// samples come that often and each carries the time that passed. Measured: docs/BENCHMARKS.md.
+//
+// Idle blame needs to know what the host did *when*: each thread's samples are kept as
+// run-length intervals (start, end, node, thread, in-sync), which dlpt/idle.py lays over the GPU's
+// idle gaps. Intervals are kept only while CUPTI records (no GPU, no idle to blame); a thread
+// that stays on one line (a sleep, a long sync) costs one interval however long it stays.
+//
+// Sync time is exact, not sampled: CUPTI's runtime-API callbacks bracket each blocking call
+// (cudaStreamSynchronize behind `.item()`/`.cpu()`/`.tolist()`, cudaDeviceSynchronize,
+// cudaEventSynchronize, synchronous cudaMemcpy) and its duration goes to the node a launch from
+// that thread would get: the op under the blocking line.
+#pragma once
+
+#include <condition_variable>
+#include <thread>
+#include <unordered_set>
+
+namespace {
+
+struct HostInterval {
+  int64_t start, end, node, tid, sync;
+};
+
+struct HostRun {  // a thread's current interval
+  int64_t node = -1, start = 0, sync = 0;
+};
+
+std::mutex g_host_mu;  // guards everything below that the sampler, callbacks and snapshot share
+std::unordered_map<int64_t, int64_t> g_host_ns;  // node → host time (ns)
+std::unordered_map<int64_t, int64_t> g_sync_ns;  // node → sync time (ns)
+std::vector<HostInterval> g_intervals;
+std::unordered_map<int64_t, HostRun> g_runs;  // thread id → its open interval
+std::unordered_set<int64_t> g_ignored_tids;   // dlpt's own Python threads (the snapshot writer)
+std::atomic<int64_t> g_samples{0}, g_sample_waits{0};
+int64_t g_window_start = 0, g_window_end = 0;  // steady clock (ns)
+std::atomic<bool> g_window_open{false};
+bool g_keep_intervals = false;
+
+// GPU busy intervals per device (CUPTI's clock), appended by the activity buffers and merged
+// in place now and then, so they cost the size of their union, not one entry per kernel.
+struct Busy {
+  std::vector<std::pair<int64_t, int64_t>> iv;
+  size_t merged = 0;  // iv[0, merged) is sorted and disjoint
+};
+std::unordered_map<int64_t, Busy> g_busy;  // under g_leaf_mu (device.h) with the leaves
+
+void busy_merge(Busy& b) {
+  if (b.merged == b.iv.size()) return;
+  std::sort(b.iv.begin(), b.iv.end());
+  size_t w = 0;
+  for (size_t r = 0; r < b.iv.size(); ++r) {
+    if (w > 0 && b.iv[r].first <= b.iv[w - 1].second) {
+      if (b.iv[r].second > b.iv[w - 1].second) b.iv[w - 1].second = b.iv[r].second;
+    } else {
+      b.iv[w++] = b.iv[r];
+    }
+  }
+  b.iv.resize(w);
+  b.merged = w;
+}
+
+// Caller holds g_leaf_mu.
+void busy_add(int64_t device, int64_t start, int64_t end) {
+  if (end <= start) return;
+  Busy& b = g_busy[device];
+  b.iv.emplace_back(start, end);
+  if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
+}
+
+// ----- sync time (CUPTI runtime-API callbacks, device.h) -----
+
+void sync_enter(ThreadState& ts, int64_t node) {
+  ts.sync_node = node;
+  ts.sync_t0 = steady_ns();
+  ts.in_sync.store(1, std::memory_order_relaxed);
+}
+
+void sync_exit(ThreadState& ts) {
+  if (ts.in_sync.load(std::memory_order_relaxed) == 0) return;
+  int64_t dur = steady_ns() - ts.sync_t0;
+  ts.in_sync.store(0, std::memory_order_relaxed);
+  if (ts.sync_node < 0 || ts.epoch != g_epoch.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  g_sync_ns[ts.sync_node] += dur;
+}
+
+// ----- the sampler -----
+
+std::thread* g_sampler = nullptr;
+std::mutex g_sampler_mu;
+std::condition_variable g_sampler_cv;
+bool g_sampler_stop = false;
+int64_t g_sample_period_ns = 1000000;
+ThreadState* g_sampler_ts = nullptr;  // the sampler's own frame caches (not a thread of the program)
+
+// The ThreadState of the program thread with this PyThreadState, if it ever entered an op.
+ThreadState* state_of(PyThreadState* t) {
+  std::lock_guard<std::mutex> lk(g_threads_mu);
+  for (ThreadState* s : g_threads)
+    if (s->py == t) return s;
+  return nullptr;
+}
+
+// Thread `t`'s innermost frame as a trie node (the GIL is held). Its base: the main thread's
+// root, the [thread] node of a thread dlpt saw start (its outermost `cut` frames are dlpt's
+// wrapper), else a root of its own; -1 for a thread with no Python frames.
+int64_t sample_node(PyThreadState* t, ThreadState* owner, int64_t tid) {
+  ThreadState& s = *g_sampler_ts;
+  read_frames(s, t);
+  int64_t base, cut = 0;
+  uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  if (t == g_main_tstate) {
+    base = 0;
+  } else if (owner != nullptr && owner->epoch == epoch && owner->base >= 0) {
+    base = owner->base;
+    cut = owner->cut;
+  } else {
+    base = intern_node(0, N_TID, tid, 0);
+  }
+  int64_t n = int64_t(s.walk.size()) - cut;
+  if (n <= 0) return -1;
+  int64_t node = base;
+  for (int64_t i = n - 1; i >= 0; --i) node = frame_node(s, node, s.walk[size_t(i)].first, s.walk[size_t(i)].second);
+  return node;
+}
+
+int64_t thread_id_of(PyThreadState* t) {
+#if PY_VERSION_HEX >= 0x03080000 && defined(PY_HAVE_THREAD_NATIVE_ID)
+  return int64_t(t->native_thread_id);
+#else
+  return int64_t(t->thread_id);
+#endif
+}
+
+void sample_once(PyThreadState* self, int64_t now, int64_t dt) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
+    if (t == self) continue;
+    int64_t tid = thread_id_of(t);
+    ThreadState* owner = state_of(t);
+    {
+      std::lock_guard<std::mutex> lk(g_host_mu);
+      if (g_ignored_tids.count(tid)) continue;
+    }
+    int64_t node = sample_node(t, owner, tid);
+    if (node < 0) continue;
+    int64_t sync = owner != nullptr ? owner->in_sync.load(std::memory_order_relaxed) : 0;
+    seen.emplace_back(tid, node, sync);
+  }
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  for (auto& [tid, node, sync] : seen) {
+    g_host_ns[node] += dt;
+    HostRun& r = g_runs[tid];
+    if (r.node == node && r.sync == sync) continue;
+    if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, now - dt, r.node, tid, r.sync});
+    r.node = node;
+    r.sync = sync;
+    r.start = now - dt;
+  }
+}
+
+void sampler_loop() {
+  PyGILState_STATE g = PyGILState_Ensure();  // this thread's own PyThreadState, for its life
+  PyThreadState* self = PyThreadState_Get();
+  PyThreadState* saved = PyEval_SaveThread();
+  int64_t last = steady_ns();
+  auto next = std::chrono::steady_clock::now();
+  for (;;) {
+    next += std::chrono::nanoseconds(g_sample_period_ns);
+    {
+      std::unique_lock<std::mutex> lk(g_sampler_mu);
+      if (g_sampler_cv.wait_until(lk, next, [] { return g_sampler_stop; })) break;
+    }
+    auto woke = std::chrono::steady_clock::now();
+    if (woke > next + std::chrono::nanoseconds(g_sample_period_ns)) next = woke;  // fell behind: no catch-up burst
+    PyEval_RestoreThread(saved);
+    int64_t now = steady_ns();
+    if (now - last > 2 * g_sample_period_ns) g_sample_waits.fetch_add(1, std::memory_order_relaxed);
+    if (!g_sampler_stop) {
+      sample_once(self, now, now - last);
+      g_samples.fetch_add(1, std::memory_order_relaxed);
+    }
+    last = now;
+    saved = PyEval_SaveThread();
+  }
+  PyEval_RestoreThread(saved);
+  PyGILState_Release(g);
+}
+
+// From start(), with the GIL held: a fresh window, and the sampler unless period is 0.
+void host_start(int64_t period_ns, bool keep_intervals) {
+  {
+    std::lock_guard<std::mutex> lk(g_host_mu);
+    g_host_ns.clear();
+    g_sync_ns.clear();
+    g_intervals.clear();
+    g_runs.clear();
+    g_keep_intervals = keep_intervals;
+    g_window_start = steady_ns();
+    g_window_end = 0;
+    g_window_open.store(true);
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_leaf_mu);
+    g_busy.clear();
+  }
+  g_samples.store(0);
+  g_sample_waits.store(0);
+  if (g_sampler_ts == nullptr) g_sampler_ts = new ThreadState();
+  g_sampler_ts->frames.clear();  // its caches name nodes of the last recording's trie
+  g_sampler_ts->epoch = g_epoch.load();
+  if (period_ns <= 0 || g_sampler != nullptr) return;
+  g_sample_period_ns = period_ns;
+  g_sampler_stop = false;
+  g_sampler = new std::thread(sampler_loop);
+}
+
+// From stop(), without the GIL (the sampler may be waiting for it).
+void host_stop() {
+  if (g_sampler != nullptr) {
+    {
+      std::lock_guard<std::mutex> lk(g_sampler_mu);
+      g_sampler_stop = true;
+    }
+    g_sampler_cv.notify_all();
+    g_sampler->join();
+    delete g_sampler;
+    g_sampler = nullptr;
+  }
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (g_window_open.exchange(false)) g_window_end = steady_ns();
+}
+
+void ignore_this_thread() {
+  PyThreadState* t = PyGILState_GetThisThreadState();
+  if (t == nullptr) return;
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  g_ignored_tids.insert(thread_id_of(t));
+}
+
+}  // namespace
