@@ -147,6 +147,11 @@ class TrieConverter:
 
     def profile(self, snap: tuple[Any, ...], meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
         out, _ = self.update(snap, host)
+        if host is not None:
+            end = host["window_end"] or host["now"]  # still recording (a snapshot): up to now
+            meta["window"] = {"start": int(host["window_start"]), "end": int(end)}
+            meta["host_sampler"] = {"period_ns": int(host["sample_period_ns"]), "samples": int(host["samples"]),
+                                    "late": int(host["sample_waits"])}
         prof = finish(self.builder, self.frames, out, meta)
         prof.sources.update(self.sources(prof))
         return prof
