@@ -6,7 +6,7 @@ Check:  python bench/gpu_cases/idle_truth.py --check idle.dlpt idle_truth.json
 Each measured statement sits on its own line; the line before it notes its number. Truth:
 - a `time.sleep` and a pure-Python loop with the GPU drained: their wall time is GPU idle;
 - a loop of tiny kernels: its wall time minus the GPU time of the same kernels run back to back
-  (queued behind a sleep kernel, bracketed by CUDA events) is the idle between launches;
+  (queued behind a sleep kernel in batches, bracketed by CUDA events) is the idle between launches;
 - `torch.cuda.synchronize()` after a large matmul and `.item()` after another: the wall time of
   the blocking line is sync time.
 The check prints each line's figure from the profile against the truth and exits 1 when idle or
@@ -57,15 +57,18 @@ def run(out: str) -> None:
         for _ in range(n): x.add_(1)  # noqa: E701 - one line: the loop and its launches
         torch.cuda.synchronize()
         wall = time.perf_counter_ns() - t0
-        # The same kernels back to back: queued behind a sleep kernel, timed between events.
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(200_000_000)
-        e0.record()
-        for _ in range(n):
-            x.add_(1)
-        e1.record()
-        torch.cuda.synchronize()
-        busy = e0.elapsed_time(e1) * 1e6
+        # The same kernels back to back: queued behind a sleep kernel, timed between events, in
+        # batches of 500 (the launch queue holds about 1000: more would wait for the host again).
+        busy = 0.0
+        for _ in range(n // 500):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(50_000_000)
+            e0.record()
+            for _ in range(500):
+                x.add_(1)
+            e1.record()
+            torch.cuda.synchronize()
+            busy += e0.elapsed_time(e1) * 1e6
         note(ln, "idle_ns", wall - busy)
         note(ln, "tiny", 1)
 

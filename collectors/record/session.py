@@ -250,6 +250,14 @@ class Recorder:
             self.mod.flush(not partial)
         host = self.mod.host_snapshot()  # first: every node it names is then in the trie's snapshot
         snap = self.mod.snapshot(len(self.converter.code_info), len(self.converter.names))
+        dump = os.environ.get("DLPT_HOST_DUMP")
+        if dump and not partial:
+            # Diagnostics for idle blame: the sampler's intervals and the GPU's busy intervals as
+            # recorded, to rerun dlpt/idle.py on them anywhere.
+            import numpy as np
+
+            np.savez(dump, **{k: np.frombuffer(v, dtype=np.int64) if isinstance(v, bytes) else np.asarray(v)
+                              for k, v in host.items()})
         meta = self._meta(partial)
         return self.converter.profile(snap, meta, host)
 
