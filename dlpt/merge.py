@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from dlpt.cct import CCT
+from dlpt.commwait import comm_wait_columns
 from dlpt.errors import notice
 from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import METRICS
+from dlpt.metrics import COL, METRICS
 from dlpt.profile import Activities, Profile
 from dlpt.version import __version__
 
@@ -83,6 +84,10 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     act_parts: list[Activities] = []
     ranks_meta: list[dict[str, Any]] = []
     offset = 1
+    # Comm wait needs every rank's collective calls side by side: estimated here, where the
+    # ranks meet (dlpt/commwait.py).
+    singles = [p for rank, p in keyed if rank is not None]
+    waits = dict(zip(map(id, singles), comm_wait_columns(singles) or []))
     for rank, p in keyed:
         cct = p.cct
         fmap = np.fromiter((table.intern(f) for f in p.frames), dtype=np.int64, count=len(p.frames))
@@ -105,7 +110,11 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
             fr[0] = table.intern(rank_frame(rank, p.path))
             parents.append(par)
             frames.append(fr)
-            excs.append(cct.exclusive)
+            exc = cct.exclusive
+            if id(p) in waits:
+                exc = exc.copy()
+                exc[:, COL["comm_wait_time"]] += waits[id(p)]
+            excs.append(exc)
             node_of = np.arange(len(cct)) + offset
             ranks_meta.append(_rank_meta(rank, p))
             offset += len(cct)
@@ -123,8 +132,11 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     for p in profiles:
         for k, v in p.sources.items():
             sources.setdefault(k, v)
-    return Profile(frames=list(table.frames), cct=cct, activities=activities,
-                   meta=_merged_meta(profiles, ranks_meta), sources=sources, path=profiles[0].path)
+    meta = _merged_meta(profiles, ranks_meta)
+    if waits:
+        meta["comm_wait"] = "estimated per collective call from the ranks' start times (dlpt/commwait.py)"
+    return Profile(frames=list(table.frames), cct=cct, activities=activities, meta=meta, sources=sources,
+                   path=profiles[0].path)
 
 
 def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray) -> np.ndarray:

@@ -17,6 +17,9 @@ METRICS = (
     # host spent with the node as its innermost line; GPU idle time blamed on the host lines that
     # ran during each gap; host time blocked waiting for the GPU.
     "host_time", "gpu_idle_time", "sync_time",
+    # Time a rank's collectives spent waiting for the last rank to arrive: an estimate from the
+    # ranks' start times of each call, made when all ranks' profiles are read together.
+    "comm_wait_time",
     # GPU memory from the caching allocator's events: bytes and number of allocations, and the
     # bytes still live at the device's peak (summed over devices).
     "alloc_bytes", "alloc_count", "peak_bytes",

@@ -142,8 +142,12 @@ def comm_values(profile: Profile, metric: str) -> np.ndarray:
     """The communication part of `metric` at each node (exclusive): for the GPU metrics that
     count kernels (gpu_time, kernel_time, comm_time) the collective kernels' time, comm_time;
     for cpu_time the host time of collective ops (`is_collective`) and of the ops beneath them;
+    for host_time the estimated wait in collectives (comm_wait_time, dlpt/commwait.py), so a
+    rank that sat in an all_reduce waiting for a slower one does not count that as compute;
     zero for the others (copies, bytes, counts)."""
     cct = profile.cct
+    if metric == "host_time":
+        return cct.exclusive[:, COL["comm_wait_time"]]
     if metric in ("gpu_time", "kernel_time", "comm_time"):
         return cct.exclusive[:, COL["comm_time"]]
     if metric == "cpu_time":

@@ -75,6 +75,8 @@ namespace {
 
 // ----- the RecordFunction callback -----
 
+void collective_log(int64_t node, int64_t t0, int64_t t1);  // host.h
+
 std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
 // Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
@@ -139,6 +141,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     else ++ts.quiet;
   }
   ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet, int64_t(at::sequence_number::peek())});
+  // A collective's calls are few (a step's buckets) and each one's start is what tells which
+  // rank the others wait for (host.h), so they are logged, not only summed.
+  if (!backward && name != nullptr && std::strncmp(name, "c10d::", 6) == 0) ts.stack.back().coll = true;
   return nullptr;
 }
 
@@ -169,6 +174,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
     int64_t self = dur - op.child;
     (*g_cpu)[op.node].fetch_add(self > 0 ? self : 0, std::memory_order_relaxed);
+    if (op.coll) collective_log(op.node, op.t0, op.t0 + dur);
   }
   if (!s->stack.empty()) s->stack.back().child += dur;
 }
@@ -404,6 +410,26 @@ py::dict host_snapshot() {
 #else
   d["cupti_offset"] = 0;
 #endif
+  {
+    // Collective calls, in the steady clock, and the wall clock's offset from it now: ranks on one
+    // host share the steady clock; ranks on several compare in the wall clock.
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(g_host_mu);
+    double rate = ns_per_tick();
+    std::vector<int64_t> cn, cs, ce;
+    for (const CollCall& c : g_coll) {
+      cn.push_back(c.node);
+      cs.push_back(g_ns0 + int64_t(double(c.t0 - g_tick0) * rate));
+      ce.push_back(g_ns0 + int64_t(double(c.t1 - g_tick0) * rate));
+    }
+    py::gil_scoped_acquire gil;
+    d["coll_node"] = column(cn);
+    d["coll_start"] = column(cs);
+    d["coll_end"] = column(ce);
+    d["coll_dropped"] = g_coll_dropped;
+  }
+  d["realtime_offset"] = int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();
   d["samples"] = g_samples.load();
   d["sample_waits"] = g_sample_waits.load();
   d["sample_period_ns"] = g_sample_period_ns;

@@ -79,6 +79,21 @@ void busy_add(int64_t device, int64_t start, int64_t end) {
   if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
 }
 
+// ----- collective calls (the op callback, collector.cpp) -----
+
+struct CollCall {
+  int64_t node, t0, t1;  // ticks
+};
+constexpr size_t kMaxColl = size_t(1) << 20;  // 24 MiB at most; later calls are counted, not kept
+std::vector<CollCall> g_coll;
+int64_t g_coll_dropped = 0;
+
+void collective_log(int64_t node, int64_t t0, int64_t t1) {
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (g_coll.size() < kMaxColl) g_coll.push_back(CollCall{node, t0, t1});
+  else ++g_coll_dropped;
+}
+
 // ----- sync time (CUPTI runtime-API callbacks, device.h) -----
 
 void sync_enter(ThreadState& ts, int64_t node) {
@@ -207,6 +222,8 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_sync_ns.clear();
     g_intervals.clear();
     g_runs.clear();
+    g_coll.clear();
+    g_coll_dropped = 0;
     g_keep_intervals = keep_intervals;
     g_window_start = steady_ns();
     g_window_end = 0;

@@ -145,6 +145,7 @@ struct OpenOp {
   bool keep;
   bool quiet;     // the callback returns at once beneath this op (see on_enter)
   int64_t seq0;   // the thread's next autograd sequence number when the op was entered
+  bool coll = false;  // a collective (c10d::...): its calls are logged one by one (host.h)
 };
 
 struct FrameKey {

@@ -143,10 +143,33 @@ class TrieConverter:
         col = {k: np.frombuffer(v, dtype=np.int64) for k, v in host.items() if isinstance(v, bytes)}
         out.extra["host_time"] = (nmap[col["host_node"]], col["host_ns"])
         out.extra["sync_time"] = (nmap[col["sync_node"]], col["sync_ns"])
-        return {"host": col, "nmap": nmap}
+        return {"host": col, "nmap": nmap, "collectives": self._collectives(col, nmap, int(host["realtime_offset"]))}
+
+    def _collectives(self, col: dict[str, np.ndarray], nmap: np.ndarray, realtime_offset: int) -> list[dict[str, Any]]:
+        """Each collective op's calls, by the op's path of frames (dlpt/commwait.py matches the
+        ranks' calls through it: node ids differ between ranks, paths do not), in the wall clock."""
+        if "coll_node" not in col or not len(col["coll_node"]):
+            return []
+        by_node: dict[int, list[int]] = {}
+        for i, n in enumerate(nmap[col["coll_node"]].tolist()):
+            by_node.setdefault(n, []).append(i)
+        out = []
+        parents, frames = self.builder.parent, self.builder.frame
+        for n, idx in by_node.items():
+            path = []
+            m = n
+            while m > 0:
+                f = self.frames.frames[frames[m]]
+                path.append([f.kind, f.name, f.file, f.line, f.function])
+                m = parents[m]
+            out.append({"path": path[::-1], "start": (col["coll_start"][idx] + realtime_offset).tolist(),
+                        "end": (col["coll_end"][idx] + realtime_offset).tolist()})
+        return out
 
     def profile(self, snap: tuple[Any, ...], meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
-        out, _ = self.update(snap, host)
+        out, info = self.update(snap, host)
+        if info.get("collectives"):
+            meta["collectives"] = info["collectives"]
         if host is not None:
             end = host["window_end"] or host["now"]  # still recording (a snapshot): up to now
             meta["window"] = {"start": int(host["window_start"]), "end": int(end)}

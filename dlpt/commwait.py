@@ -1,0 +1,75 @@
+"""Comm wait: how long each rank's collectives waited for the last rank to arrive.
+
+A collective finishes only once every rank has entered it, so a rank that enters early waits
+for the last one. The recorder logs each collective op's calls (`meta["collectives"]`: the op's
+path of frames, and each call's start and end in the wall clock). When all ranks' profiles are
+read together, the k-th call of the same op path on each rank is one instance of the
+collective (ranks issue their collectives in the same order: DDP's buckets, an all_reduce in the
+step), and rank r's wait in it is estimated as
+
+    wait(r) = max over ranks of start − start(r)
+
+— an estimate: it assumes the ranks' wall clocks agree (one host: the same clock), that the
+transfer starts once the last rank arrives, and that the rank waits for the result (a blocking
+`dist.all_reduce`, the step's end for DDP's buckets). The op itself often returns at once
+(the wait happens in `work.wait()`, outside any op), so its duration does not bound the wait;
+a rank that overlaps an asynchronous collective with its own work is overestimated. The wait goes to `comm_wait_time` on the op's node,
+under the line that issued it; the rest of the call is the transfer (and, for a collective that
+returns at once, work done later). gloo's collectives are host ops, so this is host-side timing;
+NCCL's GPU-side waits are not estimated here (their kernels are not logged per call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dlpt.frames import Frame
+from dlpt.profile import Profile
+
+
+def _node_of_path(profile: Profile, path: list[list[Any]]) -> int | None:
+    """The node reached from the root through frames equal to `path` (kind, name, file, line,
+    function), or None where the profile has no such path."""
+    cct = profile.cct
+    node = 0
+    for want in path:
+        target = Frame(*want)
+        nxt = None
+        for c in cct.children(node).tolist():
+            if profile.frames[cct.frame[c]] == target:
+                nxt = c
+                break
+        if nxt is None:
+            return None
+        node = nxt
+    return node
+
+
+def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
+    """Each profile's comm_wait_time per node (one array per profile, its nodes' exclusive
+    values), or None when fewer than two of them logged collective calls."""
+    logs = [p.meta.get("collectives") or [] for p in profiles]
+    if sum(1 for g in logs if g) < 2:
+        return None
+    out = [np.zeros(len(p.cct), dtype=np.int64) for p in profiles]
+    calls: dict[tuple, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    for r, (p, log) in enumerate(zip(profiles, logs)):
+        for entry in log:
+            node = _node_of_path(p, entry["path"])
+            if node is None:
+                continue
+            key = tuple(tuple(f) for f in entry["path"])
+            calls.setdefault(key, []).append((r, node, np.asarray(entry["start"], dtype=np.int64),
+                                              np.asarray(entry["end"], dtype=np.int64)))
+    for per_rank in calls.values():
+        if len(per_rank) < 2:
+            continue  # an op on one rank only: nothing to wait for
+        k = min(len(s) for _, _, s, _ in per_rank)
+        starts = np.stack([s[:k] for _, _, s, _ in per_rank])
+        last = starts.max(axis=0)
+        for (r, node, _, _), row in zip(per_rank, starts):
+            out[r][node] += int((last - row).sum())
+    return out
+
