@@ -73,6 +73,7 @@ from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.collectors.record.shares import split_activities, split_int
+from dlpt.compile_time import AUTOTUNING
 from dlpt.frames import ACTIVITY_KINDS, Frame, FrameTable, fused_frame, is_library, source_frame
 from dlpt.metrics import COL
 from dlpt.profile import Profile
@@ -82,7 +83,6 @@ NO_PROVENANCE = unattributed_frame("no provenance")
 # A library kernel (cuBLAS) replayed from a CUDA graph names no compiled kernel; only the runs
 # that captured the graph show which extern call launched it (`--steps` from before the capture).
 NOT_LEARNED = unattributed_frame("no provenance: library kernel in a CUDA-graph replay whose capture was not recorded")
-AUTOTUNING = Frame("op", "[torch.compile autotuning]")
 
 
 def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None = None) -> int:
