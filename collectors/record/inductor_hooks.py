@@ -109,7 +109,7 @@ def handle_mix_order_kernels() -> Any:
     return undo
 
 
-MARK = "dlpt-provenance/2"  # 2: mix-order reduction kernels carry provenance
+MARK = "dlpt-provenance/3"  # 2: mix-order reduction kernels carry provenance; 3: work weights
 
 
 def marked_pass(current: Any, before: Any = None) -> Any:
