@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.compile_time import compile_apart
 from dlpt.frames import Frame, short_kernel_name, short_path
 from dlpt.metrics import COL, METRICS, default_metric, metric_column, metric_unit
 from dlpt.profile import Profile
@@ -188,13 +189,14 @@ def _name(p: Profile) -> str:
 
 
 def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None = None,
-                  include_library: bool = False) -> Diff:
+                  include_library: bool = False, include_compile: bool = False) -> Diff:
     """Match the flat views of `a` (before) and `b` (after) and compute the deltas of `metric`;
     rows sorted by absolute delta, largest first (ties: larger value first, then label)."""
     check_view("flat", by)
     metric = metric or default_metric(a, b)
     col = metric_column(metric)
-    pa, pb = hide_library_unless(a, include_library), hide_library_unless(b, include_library)
+    # torch.compile's one-off work differs run to run (a warm cache): ignored unless asked for.
+    pa, pb = (hide_library_unless(compile_apart(p, include_compile), include_library) for p in (a, b))
     ea, eb = entries(pa, by), entries(pb, by)
     rows = []
     for i, j, how in match(ea, eb, by):

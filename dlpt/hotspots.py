@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.compile_time import compile_apart
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, default_metric, metric_column
 from dlpt.profile import Profile
@@ -106,11 +107,12 @@ def _rank_summary(profile: Profile, metric: str, t: Any = us, val: Any = None) -
 
 
 def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
-             include_library: bool = False) -> dict[str, Any]:
-    """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`)."""
+             include_library: bool = False, include_compile: bool = False) -> dict[str, Any]:
+    """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`);
+    torch.compile's one-off work is left out unless `include_compile` (dlpt.compile_time)."""
     metric = metric or default_metric(profile)
     col = metric_column(metric)
-    view = hide_library_unless(profile, include_library)
+    view = hide_library_unless(compile_apart(profile, include_compile), include_library)
     cct = view.cct
     fv = flat(view, "line")
     total = int(cct.exclusive[:, col].sum())

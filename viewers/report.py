@@ -65,10 +65,25 @@ def header(profile: Profile, metric: str) -> list[str]:
         for reason, v in s["unattributed"].items():
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
-    lines += rank_lines(profile, metric)
+    lines += rank_lines(profile, metric) + compile_lines(profile)
     if profile.collector == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
     return lines
+
+
+def compile_lines(profile: Profile) -> list[str]:
+    """torch.compile's one-off work on a line of its own (`dlpt.compile_time`), e.g.
+    `torch.compile: 0.74 s GPU (autotuning) · 12.1 s host op time (compiling)`."""
+    s = profile.meta.get("torch_compile")
+    if not s:
+        return []
+    parts = [f"{fmt_time(v['gpu_time'])} GPU ({kind})" for kind, v in s.items() if v.get("gpu_time")]
+    parts += [f"{fmt_time(v['cpu_time'])} host op time ({kind})" for kind, v in s.items() if v.get("cpu_time")]
+    if not parts:
+        return []
+    how = ("ranked with the rest (--include-compile)" if profile.meta.get("torch_compile_included")
+           else "not in the flat view; --include-compile ranks it")
+    return [f"torch.compile: {' · '.join(parts)} ({how})"]
 
 
 def rank_lines(profile: Profile, metric: str) -> list[str]:

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import re
 
+from dlpt.compile_time import is_autotuning
 from dlpt.frames import Frame, is_library
 
-# Frames that benchmark candidate kernels: Triton configs on a kernel's first run, max-autotune's
-# choices while compiling. The outermost one on a path heads an autotuning subtree.
-_AUTOTUNE_FILE = re.compile(r"/_inductor/(?:runtime/benchmarking|select_algorithm|autotune_process"
-                            r"|runtime/coordinate_descent_tuner)\.py$")
-_AUTOTUNE_FUNCS = frozenset({"autotune_to_one_config", "benchmark_all_configs", "coordinate_descent_tuning"})
-
-
-def is_autotuning(f: Frame) -> bool:
-    return f.kind == "python" and (bool(_AUTOTUNE_FILE.search(f.file)) or (
-        f.function in _AUTOTUNE_FUNCS and f.file.endswith("/_inductor/runtime/triton_heuristics.py")))
+# The autotuning rule is the model's (compile time is told apart there): one rule for both.
+__all__ = ["is_autotuning", "is_transparent", "REGION_PREFIX", "CUDAGRAPH_RUNTIME"]
 
 
 REGION_PREFIX = "Torch-Compiled Region: "

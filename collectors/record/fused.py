@@ -9,16 +9,21 @@ kernel call: an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ k
 
 once per distinct stack trace the kernel was generated from, each copy carrying a share.
 
-Shares: an equal split between the kernel's distinct source stack traces (lines). Inductor
-gives no per-node cost inside a fused kernel; its size estimates are bytes of the scheduler
-node's reads and writes, and in a fused kernel those are shared (the intermediate values
-never reach memory), so a weighting would assign the memory traffic of one load to whichever
-node happened to read it first. An equal split is what the data supports, is easy to state,
-and the `[fused K]` node's detail (the TUI's `fused_note`) shows the kernel's full time and every line
-it spans, so nothing is hidden. Every metric column of every moved node is split into
+Shares: by work done. Inductor's compile records, for each kernel, the post-grad FX nodes in
+it; `inductor_hooks.record_work_weights` weighs each node by the bytes it would read and write as
+an op of its own (views, reshapes, expands, permutes, slices, selects: 0) and sums them per source
+stack trace (`KernelProvenance.weights`). A fused kernel's time is split between its lines in
+proportion to those weights; a line whose nodes are all views gets no share (and no node). An
+extern kernel (mm, SDPA, a convolution, a library call) carries only the node it implements
+(Inductor's `origin_node`), so it lands whole on that op's line, not on the views that feed it.
+Where no weight exists (a torch without the hook, a node of unknown size, a kernel of views
+only) the split is even, and the profile says so: `meta["compiled_provenance"]["shares"]` lists,
+per `[fused K]` frame, the lines and weights used or the reason for the even split, which the
+TUI's detail pane of that node shows. Every metric column of every moved node is split into
 integers by the largest-remainder rule, so shares sum to the original to the nanosecond (counts
 too: one launch shared by three lines counts 1, 0, 0, so totals stay the launches made); the
-activity rows are split so that each moved leaf's rows still sum to its metrics.
+activity rows are split so that each moved leaf's rows still sum to its metrics. The same rule
+serves forward, backward and CUDA-graph replays: they all find their kernel's provenance.
 
 Placement of the context: the stack trace's outermost frame is the compiled function itself
 (a `forward`), which is on the recorded path (dynamo runs its frame); everything above its
@@ -68,6 +73,7 @@ from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.collectors.record.shares import split_activities, split_int
+from dlpt.compile_time import AUTOTUNING
 from dlpt.frames import ACTIVITY_KINDS, Frame, FrameTable, fused_frame, is_library, source_frame
 from dlpt.metrics import COL
 from dlpt.profile import Profile
@@ -77,7 +83,6 @@ NO_PROVENANCE = unattributed_frame("no provenance")
 # A library kernel (cuBLAS) replayed from a CUDA graph names no compiled kernel; only the runs
 # that captured the graph show which extern call launched it (`--steps` from before the capture).
 NOT_LEARNED = unattributed_frame("no provenance: library kernel in a CUDA-graph replay whose capture was not recorded")
-AUTOTUNING = Frame("op", "[torch.compile autotuning]")
 
 
 def _context(anc: list[Frame], trace: Trace, backward: bool, region: int | None = None) -> int:
@@ -123,6 +128,8 @@ class _Attributor:
         self._learned: dict[tuple[str, str], list[KernelProvenance]] | None = None
         self.without = 0  # units kept in place under the no-provenance reason
         self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
+        # `[fused K]` frame name → kernel key → the weights its shares used (see the docstring)
+        self.shares: dict[str, dict[str, dict]] = {}
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -184,19 +191,47 @@ class _Attributor:
             return hit
         anc = self.ancestors(parent)
         anc_frames = [self.frames.frames[f] for f in anc]
-        unit = math.lcm(*(len(k.traces) for k in kps)) if kps else 1
+        per = [self.weights_of(kp) for kp in kps]
+        unit = math.lcm(*(sum(w) for w in per)) if kps else 1
         paths: dict[tuple[int, ...], int] = {}
-        for kp in kps:
+        for kp, ws in zip(kps, per):
             fused = self.frames.intern(fused_frame(kp.name))
-            for trace in kp.traces:
+            for trace, w in zip(kp.traces, ws):
+                if w == 0:
+                    continue  # views only: no share, no node
                 cut = _context(anc_frames, trace, kp.backward, region)
                 path = list(anc[:cut]) + [self.frames.intern(source_frame(*f)) for f in trace]
                 if kp.backward:
                     path.append(self.bwd)
                 path.append(fused)
-                paths[tuple(path)] = paths.get(tuple(path), 0) + unit // len(kp.traces)
+                paths[tuple(path)] = paths.get(tuple(path), 0) + w * (unit // sum(ws))
         hit = self._targets[key] = (list(paths), list(paths.values()))
         return hit
+
+    def weights_of(self, kp: KernelProvenance) -> list[int]:
+        """Integer weights of kp's traces (reduced by their gcd), work-based where Inductor's
+        compile gave any, else even; what was used is kept for the profile (`shares`)."""
+        w = list(kp.weights) if kp.weights is not None and len(kp.weights) == len(kp.traces) else None
+        if len(kp.traces) == 1:
+            basis = "one source line"
+            ws = [1]
+        elif w is None:
+            basis = "even: Inductor gave no per-node work for this kernel"
+            ws = [1] * len(kp.traces)
+        elif sum(w) == 0:
+            basis = "even: no node of this kernel does work of its own (views only)"
+            ws = [1] * len(kp.traces)
+        else:
+            basis = "work: bytes each line's nodes read and write on their own (views 0)"
+            g = math.gcd(*w)
+            ws = [x // g for x in w]
+        name = fused_frame(kp.name).name
+        entries = self.shares.setdefault(name, {})
+        if kp.key not in entries:
+            entries[kp.key] = {"kernel": kp.key, "basis": basis, "backward": kp.backward, "lines": [
+                [t[-1].file, t[-1].line, int(x if w is not None and sum(w) > 0 else 1)]
+                for t, x in zip(kp.traces, w or [1] * len(kp.traces)) if t]}
+        return ws
 
     def learned(self) -> dict[tuple[str, str], list[KernelProvenance]]:
         """(module file, device kernel name) → the kernels of that module whose calls launched
@@ -438,7 +473,8 @@ class _Attributor:
             "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
             "units_placed": units - self.without - self.tuned, "units_without_provenance": self.without,
             "autotuning_subtrees": self.tuned,
-            "share": "equal between a kernel's source lines"}}
+            "share": "by work: bytes each line's nodes read and write on their own (views 0); even where unknown",
+            "shares": {name: list(e.values()) for name, e in self.shares.items()}}}
         return out
 
 

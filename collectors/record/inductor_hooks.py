@@ -9,6 +9,8 @@
   their own, compiled with provenance (cold the first time, warm after).
 * Provenance for mix-order reduction kernels (`handle_mix_order_kernels`), which Inductor
   records none for.
+* Each kernel's work per source line (`record_work_weights`), so that a fused kernel's time is
+  shared by work done rather than evenly, and an extern kernel goes to the op it implements.
 
 None of them changes what the program computes: the mark pass does nothing, and the codegen
 patch adds comments and provenance entries only.
@@ -17,6 +19,8 @@ patch adds comments and provenance entries only.
 from __future__ import annotations
 
 import importlib.abc
+import json
+import operator
 import sys
 import threading
 from typing import Any
@@ -105,17 +109,18 @@ def handle_mix_order_kernels() -> Any:
     return undo
 
 
-MARK = "dlpt-provenance/2"  # 2: mix-order reduction kernels carry provenance
+MARK = "dlpt-provenance/3"  # 2: mix-order reduction kernels carry provenance; 3: work weights
 
 
-def marked_pass(current: Any) -> Any:
+def marked_pass(current: Any, before: Any = None) -> Any:
     """A post-grad custom pass that changes nothing but the compile-cache key.
 
     Inductor leaves `trace.*` config out of its FX-graph and AOTAutograd cache keys, so a graph
     cached by a run without provenance would be served to a recorded run: no comments, no map.
     A custom pass's `uuid()` is part of the key: with dlpt's mark, recorded runs get entries of
     their own, made with provenance (cold the first time, warm after). A user's own pass keeps
-    running inside it; a plain callable already disables caching and is left alone (None)."""
+    running inside it; a plain callable already disables caching and is left alone (None).
+    `before()` runs first on every call: a compile is under way, Inductor fully imported."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class Marked(CustomGraphPass):
@@ -123,6 +128,8 @@ def marked_pass(current: Any) -> Any:
             self.inner = inner
 
         def __call__(self, graph: Any) -> None:
+            if before is not None:
+                before()
             if self.inner is not None:
                 self.inner(graph)
 
@@ -146,3 +153,129 @@ def module_file(graph: Any) -> str:
 
         return str(get_path(key, "py")[2])
     return ""
+
+
+# The reserved key under which the kernels' work per source stack trace rides in Inductor's
+# kernel → stack traces map: that map is what the compiled graph (and its FX-graph cache entry)
+# carries, so the weights come back on a cache hit too. No kernel is named like this.
+WEIGHTS_KEY = "dlpt:work"
+
+# Ops that only make a new view of their input (or pick one of several outputs): no work of
+# their own, whatever their tensors' sizes. Aliasing returns in the schema catch the rest.
+_VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "expand", "expand_as", "permute", "slice", "select", "squeeze",
+    "unsqueeze", "transpose", "t", "as_strided", "alias", "split", "split_with_sizes", "unbind", "narrow",
+    "diagonal", "unfold", "view_as", "flatten", "unflatten", "movedim", "detach", "chunk", "view_as_real",
+    "view_as_complex", "_reshape_alias", "numpy_T", "mT", "lift_fresh"})
+
+
+def is_view_op(target: Any) -> bool:
+    """Whether an FX node's target does no work: a view, reshape, expand, permute, slice,
+    select... or `getitem` of a multi-output op."""
+    if target is operator.getitem:
+        return True
+    name = getattr(target, "_opname", None) or str(getattr(target, "__name__", "")).split(".")[0]
+    if name in _VIEW_OPS:
+        return True
+    schema = getattr(target, "_schema", None)
+    if schema is not None and schema.returns and not schema.is_mutable:
+        alias = schema.returns[0].alias_info
+        return alias is not None and not alias.is_write
+    return False
+
+
+def _int(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError, RuntimeError):
+        hint = getattr(getattr(x, "node", None), "hint", None)  # a dynamic size: its example value
+        return int(hint) if hint is not None else None
+
+
+def tensor_bytes(val: Any) -> int | None:
+    """Bytes of a node's value (a fake tensor, or a tuple of them); None where a size is unknown."""
+    if isinstance(val, (list, tuple)):
+        parts = [tensor_bytes(v) for v in val]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p)
+    numel = getattr(val, "numel", None)
+    if numel is None or not hasattr(val, "element_size"):
+        return 0  # a scalar, a SymInt, None: no memory traffic
+    n = _int(numel())
+    return None if n is None else n * int(val.element_size())
+
+
+def node_work(node: Any) -> int | None:
+    """The work of one post-grad FX node: the bytes it would read and write on its own (its
+    inputs' and outputs' sizes, from the fake values Inductor keeps in `meta["val"]`); 0 for
+    views and non-calls; None where a size is unknown. Inside a fused kernel the intermediate
+    values never reach memory, but each node's traffic as an op on its own is what scales with
+    the work of its loop body: a heavy pointwise op over a big tensor outweighs a small one."""
+    if node.op != "call_function" or is_view_op(node.target):
+        return 0
+    out = tensor_bytes(node.meta.get("val"))
+    ins = [tensor_bytes(a.meta.get("val")) for a in node.all_input_nodes]
+    if out is None or any(i is None for i in ins):
+        return None
+    return out + sum(i for i in ins if i)
+
+
+def kernel_work(node_info: dict[str, list[str]], nodes: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    """Kernel NAME:HANDLE → [[stack trace text, work], ...] over the post-grad nodes Inductor
+    recorded for it (for an extern kernel with an `origin_node`, that node alone: the op it
+    implements). A kernel with a node of unknown size or not in the graph is left out."""
+    out: dict[str, list[list[Any]]] = {}
+    for key, names in node_info.items():
+        per: dict[str, int] | None = {}
+        for name in names:
+            n = nodes.get(name)
+            w = node_work(n) if n is not None else None
+            if w is None:
+                per = None
+                break
+            st = n.meta.get("stack_trace")
+            if st:
+                per[st] = per.get(st, 0) + w
+        if per:
+            out[key] = [[st, w] for st, w in per.items()]
+    return out
+
+
+def record_work_weights() -> Any:
+    """Put each kernel's work per stack trace into the map Inductor stores on the compiled graph.
+
+    Inductor dumps its provenance maps right after generating a graph's code, still inside that
+    graph's lowering (`V.graph`, whose `module` is the post-grad graph the kernels' nodes are
+    named after), through `torch._inductor.debug.dump_inductor_provenance_info()`; the kernel →
+    stack traces map is serialised right after it. Wrapping that call adds the weights under
+    `WEIGHTS_KEY`. Returns the undo, or None where this torch has no such function (then every
+    kernel is shared evenly, and the profile says so)."""
+    try:
+        import torch._inductor.debug as debug
+        from torch._inductor.virtualized import V
+    except ImportError:
+        return None
+    original = debug.__dict__.get("dump_inductor_provenance_info")
+    if original is None:
+        return None
+
+    def dump_inductor_provenance_info(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        try:
+            gm = getattr(V.graph, "module", None)
+            graph = getattr(gm, "graph", None)
+            if graph is not None:
+                nodes = {n.name: n for n in graph.nodes}
+                work = kernel_work(getattr(debug, "_inductor_triton_kernel_to_post_grad_node_info", {}), nodes)
+                if work:
+                    debug._inductor_kernel_stack_trace[WEIGHTS_KEY] = [json.dumps(work)]
+        except Exception:  # noqa: BLE001 - weights are an extra; the compile must go on (even shares then)
+            pass
+        return out
+
+    dump_inductor_provenance_info.__wrapped__ = original  # type: ignore[attr-defined]
+    debug.dump_inductor_provenance_info = dump_inductor_provenance_info
+
+    def undo() -> None:
+        debug.dump_inductor_provenance_info = original
+
+    return undo

@@ -69,10 +69,12 @@ from typing import Any, NamedTuple
 from dlpt.collectors.record.inductor_hooks import (
     OUTPUT_CODE,
     TRITON_CODEGEN,
+    WEIGHTS_KEY,
     AfterImport,
     handle_mix_order_kernels,
     marked_pass,
     module_file,
+    record_work_weights,
 )
 
 HANDLE_COMMENT = "[Provenance debug handles] "
@@ -98,6 +100,9 @@ class KernelProvenance:
     name: str  # the kernel's name in the generated code (`triton_poi_fused_add_0`, `extern_kernels.mm`)
     traces: tuple[Trace, ...]  # one per distinct source stack trace of the nodes fused into it
     backward: bool = False
+    # The work of each trace's nodes (bytes they read and write on their own; views 0), in the
+    # order of `traces`; None where Inductor's compile gave none (then shares are even).
+    weights: tuple[int, ...] | None = None
 
     def lines(self) -> list[SourceFrame]:
         """The innermost frame of each trace: the lines the kernel was generated from."""
@@ -241,6 +246,7 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
         raw = json.loads(traces_json) if traces_json else {}
     except ValueError:
         raw = {}
+    work = _work(raw.get(WEIGHTS_KEY), cwd)
     for key in dict.fromkeys(mod.lines.values()):  # in the module's order
         name = key.rsplit(":", 1)[0]
         traces: list[Trace] = []
@@ -248,8 +254,28 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
             p = parse_trace(t, cwd)
             if p and p not in traces:
                 traces.append(p)
-        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward)
+        w = work.get(key)
+        # A trace Inductor lists but no weighed node carries (an extern kernel's view inputs) did no work.
+        weights = tuple(w.get(t, 0) for t in traces) if w is not None else None
+        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward, weights)
     return mod
+
+
+def _work(entry: Any, cwd: str) -> dict[str, dict[Trace, int]]:
+    """Kernel key → parsed trace → work, from the entry `record_work_weights` added."""
+    try:
+        raw = json.loads(entry[0]) if entry else {}
+    except (ValueError, TypeError, IndexError):
+        return {}
+    out: dict[str, dict[Trace, int]] = {}
+    for key, pairs in raw.items() if isinstance(raw, dict) else ():
+        per: dict[Trace, int] = {}
+        for text, w in pairs:
+            t = parse_trace(str(text), cwd)
+            if t:
+                per[t] = per.get(t, 0) + max(int(w), 0)
+        out[key] = per
+    return out
 
 
 class Provenance:
@@ -281,6 +307,7 @@ class Provenance:
         self._original: Any = None
         self._owner: Any = None
         self._unpatch: Any = None
+        self._unweigh: Any = None
         self._waiting_codegen: AfterImport | None = None
 
     # -- collecting ----------------------------------------------------------------------------
@@ -317,7 +344,7 @@ class Provenance:
             self._saved_cpu = inductor_config.cpp.enable_kernel_profile
             inductor_config.cpp.enable_kernel_profile = True
         self._saved_pass = inductor_config.post_grad_custom_post_pass
-        marked = marked_pass(self._saved_pass)
+        marked = marked_pass(self._saved_pass, self._weigh)
         if marked is not None:
             inductor_config.post_grad_custom_post_pass = marked
         original = CompiledFxGraph.post_compile
@@ -333,6 +360,7 @@ class Provenance:
         post_compile.__wrapped__ = original  # type: ignore[attr-defined]
         self._original, self._owner = original, CompiledFxGraph
         CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
+        self._weigh()
         if TRITON_CODEGEN in sys.modules:
             self._unpatch = handle_mix_order_kernels()
         else:
@@ -340,6 +368,13 @@ class Provenance:
             # a program on a CPU never imports it at all.
             self._waiting_codegen = AfterImport(TRITON_CODEGEN, self._patch_codegen)
             sys.meta_path.insert(0, self._waiting_codegen)
+
+    def _weigh(self) -> None:
+        """Install the work weights' hook once Inductor's debug module is whole: on the import
+        hook's path it is still being imported when `_install` runs, so the post-grad mark pass
+        (which runs in every compile, before its code is generated) tries again."""
+        if self._unweigh is None and self._original is not None:
+            self._unweigh = record_work_weights()
 
     def _patch_codegen(self) -> None:
         self._codegen_done()
@@ -368,6 +403,9 @@ class Provenance:
         self._owner.post_compile = self._original
         self._original = self._owner = None
         self._codegen_done()
+        if self._unweigh is not None:
+            self._unweigh()
+            self._unweigh = None
         if self._unpatch is not None:
             self._unpatch()
             self._unpatch = None
@@ -437,7 +475,8 @@ class Provenance:
         """A JSON-able form, so a profile can carry what it was attributed with."""
         return {"modules": [
             {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
-             "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()}}
+             "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()},
+             "weights": {k: list(p.weights) for k, p in m.kernels.items() if p.weights is not None}}
             for m in self.modules.values()],
             "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
 
@@ -447,9 +486,12 @@ class Provenance:
         for m in data.get("modules", []):
             mod = CompiledModule(file=m["file"], backward=bool(m["backward"]),
                                  lines={int(k): v for k, v in m["lines"].items()})
+            weights = m.get("weights", {})
             for key, traces in m["kernels"].items():
                 tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
-                mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward)
+                w = weights.get(key)
+                mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward,
+                                                    tuple(int(x) for x in w) if w is not None and len(w) == len(tr) else None)
             out.modules[mod.file] = mod
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)

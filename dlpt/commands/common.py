@@ -44,6 +44,12 @@ def add_library(p: argparse.ArgumentParser) -> None:
                    help="show frames inside torch, the standard library and dlpt (hidden by default)")
 
 
+def add_compile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--include-compile", action="store_true",
+                   help="rank torch.compile's one-off work (compiling, autotuning) with the rest "
+                   "(left out of flat views, hotspots and diffs by default; trees always show it)")
+
+
 def positive_int(text: str) -> int:
     try:
         v = int(text)

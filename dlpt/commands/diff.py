@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_library, add_metric, add_rank, choose_metric, positive_int
+from dlpt.commands.common import add_compile, add_library, add_metric, add_rank, choose_metric, positive_int
 from dlpt.output import write_output
 
 EPILOG = """\
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_metric(p)
     p.add_argument("--top", "-n", type=positive_int, default=20, help="rows to show; 0 for all (default: 20)")
     add_library(p)
+    add_compile(p)
     p.add_argument("--format", "-f", default="text", choices=("text", "json"))
     p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
     p.set_defaults(func=run)
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     a = open_profiles([args.before], args.rank)
     b = open_profiles([args.after], args.rank)
-    d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b), include_library=args.include_library)
+    d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b), include_library=args.include_library,
+                      include_compile=args.include_compile)
     if args.format == "json":
         doc = diff_json(d, args.top)
         write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, positive_int
+from dlpt.commands.common import add_compile, add_inputs, add_library, add_metric, choose_metric, positive_int
 from dlpt.output import write_output
 
 EPILOG = """\
@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", "-n", type=positive_int, default=20, help="hotspots to list (default: 20)")
     add_metric(p)
     add_library(p)
+    add_compile(p)
     p.set_defaults(func=run)
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     exporter = get_exporter(args.format)
     prof = open_profiles(args.profile, args.rank)
-    opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library)
+    opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library,
+                         include_compile=args.include_compile)
     write_output(args.output, lambda f: exporter.export(prof, f, opts))
     return 0

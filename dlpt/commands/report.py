@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlpt.commands.common import add_inputs, add_library, add_metric, choose_metric, percent, positive_int
+from dlpt.commands.common import add_compile, add_inputs, add_library, add_metric, choose_metric, percent, positive_int
+from dlpt.compile_time import compile_apart
 from dlpt.loader import open_profiles
 from dlpt.output import write_output
 from dlpt.transforms import hide_library_unless
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-percent", type=percent, default=None,
                    help="hide rows under this share of the total (default: 0.5 for trees, 0 for flat)")
     add_library(p)
+    add_compile(p)
     p.add_argument("--full-names", action="store_true", help="show kernel names whole")
     p.add_argument("--format", "-f", default="text", choices=("text", "json"))
     p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
@@ -49,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
-    prof = hide_library_unless(open_profiles(args.profile, args.rank), args.include_library)
+    # torch.compile's work: apart from the flat ranking unless asked for; trees keep it in place.
+    base = compile_apart(open_profiles(args.profile, args.rank), args.include_compile or args.view != "flat")
+    prof = hide_library_unless(base, args.include_library)
     metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)

@@ -15,6 +15,7 @@ class ExportOptions:
     metric: str | None = None  # None: the profile's default (gpu_time, or cpu_time without a GPU)
     top: int = 20
     include_library: bool = False
+    include_compile: bool = False  # rank torch.compile's one-off work in hotspots (trees always keep it)
 
     def metric_for(self, profile: Profile) -> str:
         return self.metric or default_metric(profile)

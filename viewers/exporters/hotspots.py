@@ -17,6 +17,7 @@ class HotspotsExporter:
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
         doc = hotspots(profile, metric=options.metric_for(profile), top=options.top,
-                       include_library=options.include_library)
+                       include_library=options.include_library,
+                       include_compile=options.include_compile)
         json.dump(doc, out, indent=1, ensure_ascii=False)
         out.write("\n")

@@ -197,4 +197,17 @@ def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
                 break
     head = fr.name[len(FUSED_PREFIX):-1]
     return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, shared between the source lines "
-            f"it was generated from ({len(same)} placements): {', '.join(lines) or '?'}")
+            f"it was generated from ({len(same)} placements): {', '.join(lines) or '?'}" + share_weights(profile, fr.name))
+
+
+def share_weights(profile: Profile, fused_name: str) -> str:
+    """The weights a `[fused K]` node's shares used (the recorder keeps them in the profile's
+    meta): per kernel of that name, the basis and each line's weight as a percentage."""
+    entries = (profile.meta.get("compiled_provenance") or {}).get("shares", {}).get(fused_name, [])
+    out = []
+    for e in entries:
+        total = sum(int(w) for _, _, w in e.get("lines", [])) or 1
+        parts = ", ".join(f"{short_path(f)}:{ln} {100 * int(w) / total:.1f}%" for f, ln, w in e.get("lines", []))
+        bwd = " (backward)" if e.get("backward") else ""
+        out.append(f"{e.get('kernel', '?')}{bwd}: shares {e.get('basis', '?')}: {parts}")
+    return "".join(f"\n{x}" for x in out)
