@@ -5,6 +5,7 @@ hotspots as a user reads them."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -50,8 +51,11 @@ def recorded(tmp_path_factory):
     prog = d / "fused_prog.py"
     prog.write_text(textwrap.dedent(PROGRAM))
     out = d / "p.dlpt"
+    # A cache of its own: Inductor's FX-graph cache would serve another run's compile of the same
+    # text, whose stack traces name that run's file.
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(d / "inductor")}
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "--force", "-o", str(out), str(prog)],
-                       capture_output=True, text=True, timeout=900, cwd=d)
+                       capture_output=True, text=True, timeout=900, cwd=d, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = {m.group(1): i for i, ln in enumerate(prog.read_text().splitlines(), 1)
              for m in [re.search(r"# LINE: (\w+)", ln)] if m}

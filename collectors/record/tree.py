@@ -19,7 +19,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.kineto import finish
 from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
 from dlpt.frames import Frame, FrameTable, source_frame
-from dlpt.metrics import ACTIVITY_KIND_INFO
+from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.profile import Profile
 from dlpt.sources import read_source
 
@@ -179,11 +179,28 @@ class TrieConverter:
         prof.sources.update(self.sources(prof))
         return prof
 
+    @staticmethod
+    def _files_worth_showing(prof: Profile) -> set[str]:
+        """The files whose code a view of this profile may show: those of source frames with any
+        metric beneath them other than host_time, or with at least 1% of the host time. The
+        sampler sees every import and every library call the program makes; storing each
+        third-party file it passed through would make a small profile megabytes of code."""
+        inc = prof.cct.inclusive
+        host = inc[:, COL["host_time"]]
+        other = np.delete(inc, COL["host_time"], axis=1).any(axis=1)
+        keep = other | (host >= 0.01 * max(int(host[0]), 1))
+        files = set()
+        for fid in np.unique(prof.cct.frame[keep]).tolist():
+            fr = prof.frames[fid]
+            if fr.kind == "python" and fr.file:
+                files.add(fr.file)
+        return files
+
     def sources(self, prof: Profile) -> dict[str, str]:
         """Snapshots of the program's files on the paths, so the profile shows code elsewhere
         (each file read once per recording)."""
         out: dict[str, str] = {}
-        for f in {fr.file for fr in prof.frames if fr.kind == "python" and fr.file}:
+        for f in self._files_worth_showing(prof):
             if f not in self._sources:
                 self._sources[f] = read_source(f)
             text = self._sources[f]
