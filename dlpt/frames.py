@@ -6,6 +6,8 @@ import re
 import sys
 from typing import NamedTuple
 
+from dlpt.layout import is_own_file
+
 # The kinds of the frames that device activities are leaves of (dlpt.metrics.ACTIVITY_KIND_INFO
 # maps each activity kind onto one). The other kinds: `root` and `rank` head the tree;
 # `thread`, `python`, `module`, `op`, `backward` and `unattributed` are DESIGN §3's.
@@ -120,13 +122,6 @@ _DLPT_FILE = re.compile(r"/dlpt/(?:cli|api|__main__)\.py$|/dlpt/(?:commands|coll
                         r"|/collectors/record/[^/]+\.py$")
 _SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
 _STDLIB_DIR = re.compile(r"/lib/python3(?:\.\d+)?/")
-# dlpt's own folders, for source checkouts and editable installs, whose paths are not in site-packages.
-_OWN_DIRS = tuple(
-    str(__import__("pathlib").Path(__file__).resolve().parent.parent / d) + "/"
-    for d in ("dlpt", "collectors", "viewers")
-)
-
-
 def _top_module(rel: str) -> str:
     head = rel.split("/", 1)[0]
     return head[:-3] if head.endswith(".py") else head
@@ -142,7 +137,7 @@ def is_library_file(path: str) -> bool:
     if not path or path.startswith("<"):
         return True
     p = path.replace("\\", "/")
-    if "/torchinductor_" in p or p.startswith(_OWN_DIRS) or _DLPT_FILE.search(p):
+    if "/torchinductor_" in p or is_own_file(p) or _DLPT_FILE.search(p):
         return True
     m = _SITE.search(p)
     if m:
