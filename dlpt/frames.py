@@ -55,6 +55,15 @@ def fused_frame(kernel: str) -> Frame:
     return Frame("op", f"{FUSED_PREFIX}{kernel}]")
 
 
+# The marker between a forward op's context and the backward work linked to it.
+BACKWARD_FRAME = Frame("backward", "[backward]")
+
+
+def unattributed_frame(reason: str) -> Frame:
+    """Where work that cannot be placed goes, so that totals are conserved."""
+    return Frame("unattributed", f"<unattributed: {reason}>")
+
+
 class FrameTable:
     """Interns frames so that a path is a tuple of small integers."""
 

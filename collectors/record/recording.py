@@ -64,7 +64,7 @@ class Recording:
     def __init__(self, out: str | None, *, command: str, name: str, owns_process: bool,
                  steps: tuple[int, int] | None = None, force: bool = False, quiet: bool = False,
                  drop_files: tuple[str, ...] = (), snapshot_seconds: float | None = None,
-                 hint: str = "use --force to overwrite it") -> None:
+                 hint: str = "use --force to overwrite it", start_line: str | None = None) -> None:
         self.out = out
         self.command = command
         self.name = name
@@ -73,6 +73,7 @@ class Recording:
         self.quiet = quiet
         self.drop_files = drop_files
         self.snapshot_seconds = snapshot_seconds
+        self.start_line = start_line  # said once the collector is built, as recording begins
         self.recorder: Recorder | None = None
         self.abandoned_by: int | None = None  # the signal that gave the save up
         self.result: Profile | None = None
@@ -101,6 +102,8 @@ class Recording:
         # falls between; the Python API only when the block is done.
         self.signals = ProgramSignals(self._terminate if self.out is not None else None,
                                       self.finishing if self.owns_process else None)
+        if self.start_line:
+            notice(self.start_line)
         self.signals.__enter__()
         try:
             self.recorder.start()

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.kineto import finish
-from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
+from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.native import (
     N_BACKWARD,
     N_OP,
@@ -29,7 +28,7 @@ from dlpt.collectors.record.native import (
     Leaf,
     Snapshot,
 )
-from dlpt.frames import Frame, FrameTable, source_frame
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, source_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
 from dlpt.profile import Profile
 from dlpt.sources import read_source
@@ -103,7 +102,7 @@ class TrieConverter:
 
     # ----- snapshots -----
 
-    def update(self, snap: Snapshot, host: dict[str, Any] | None = None) -> tuple[LinkResult, dict[str, Any]]:
+    def update(self, snap: Snapshot, host: dict[str, Any] | None = None) -> tuple[ActivityColumns, dict[str, Any]]:
         """Take in one snapshot (and host_snapshot's dict taken just before it, so every node it
         names exists); the activity and metric columns."""
         cpu = snap.cpu
@@ -119,7 +118,7 @@ class TrieConverter:
             p = node_map[pl[i]]
             f = self._frame(kl[i], al[i], bl[i])
             node_map.append(p if f is None else builder.child(p, f))
-        out = LinkResult()
+        out = ActivityColumns()
         nz = np.flatnonzero(cpu)
         nmap = np.asarray(node_map, dtype=np.int64)
         out.cpu_node = nmap[nz].tolist()
@@ -145,7 +144,7 @@ class TrieConverter:
             info.update(self._host(host, nmap, out))
         return out, info
 
-    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: LinkResult) -> dict[str, Any]:
+    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: ActivityColumns) -> dict[str, Any]:
         """host_time and sync_time onto their nodes, and what idle blame needs (host.h)."""
         col = {k: np.frombuffer(v, dtype=np.int64) for k, v in host.items() if isinstance(v, bytes)}
         out.extra["host_time"] = (nmap[col["host_node"]], col["host_ns"])
@@ -159,7 +158,7 @@ class TrieConverter:
             meta["window"] = {"start": int(host["window_start"]), "end": int(end)}
             meta["host_sampler"] = {"period_ns": int(host["sample_period_ns"]), "samples": int(host["samples"]),
                                     "late": int(host["sample_waits"])}
-        prof = finish(self.builder, self.frames, out, meta)
+        prof = build_profile(self.builder, self.frames, out, meta)
         prof.sources.update(self.sources(prof))
         return prof
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 import traceback
 from types import TracebackType
@@ -133,9 +134,11 @@ def run(args: argparse.Namespace) -> int:
     assert out is not None
     # Everything that would make the save fail is checked before the program runs: an existing
     # OUT without --force, a missing or unwritable directory, a nearly full disk.
+    shown = shlex.join(["python", *(["-m", target] if mode == "module" else [target]), *prog_args])
     command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
     rec = Recording(out, command=command, name=" ".join([target, *prog_args]), owns_process=True, steps=steps,
                     force=args.force, quiet=args.quiet, snapshot_seconds=args.snapshot_seconds,
+                    start_line=None if args.quiet else f"recording {shown} → {out}; Ctrl-C stops and saves",
                     drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else ())
     try:
         import torch  # noqa: F401
@@ -145,11 +148,6 @@ def run(args: argparse.Namespace) -> int:
         status = _syntax_error(target)
         if status is not None:
             return status
-    if not args.quiet:
-        import shlex
-
-        shown = shlex.join(["python", *(["-m", target] if mode == "module" else [target]), *prog_args])
-        notice(f"recording {shown} → {out}; Ctrl-C stops and saves")
     try:
         status, signum = _run_program(rec, mode, target, prog_args)
         status = rec.finish(status, signum)
