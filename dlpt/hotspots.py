@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from dlpt.frames import ACTIVITY_KINDS
-from dlpt.metrics import COL, METRICS, default_metric, metric_column
-from dlpt.profile import Profile
+from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.profile import Profile, default_metric
 from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import hide_library_unless, propagate_down
 from dlpt.views import flat

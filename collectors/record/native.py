@@ -24,8 +24,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from dlpt import metrics
 from dlpt.errors import DlptError, notice
+from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native", "collector.cpp")
 
@@ -36,8 +36,8 @@ N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
 NODE_KINDS = {"root": N_ROOT, "python": N_PY, "op": N_OP, "backward": N_BACKWARD, "thread": N_THREAD,
               "tid": N_TID, "unattributed": N_UNATTR}
 # Activity kinds: the extension numbers them as dlpt.metrics does.
-ACTIVITY_KINDS = {"kernel": metrics.KERNEL, "htod": metrics.HTOD, "dtoh": metrics.DTOH, "dtod": metrics.DTOD,
-                  "memcpy_other": metrics.MEMCPY_OTHER, "memset": metrics.MEMSET}
+ACTIVITY_KINDS = {"kernel": KERNEL, "htod": HTOD, "dtoh": DTOH, "dtod": DTOD, "memcpy_other": MEMCPY_OTHER,
+                  "memset": MEMSET}
 
 
 class Leaf(NamedTuple):

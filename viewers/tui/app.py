@@ -19,9 +19,9 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
-from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
 from dlpt.output import write_output
-from dlpt.profile import Profile
+from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
