@@ -10,7 +10,7 @@ from dlpt.layout import is_own_file
 
 # The kinds of the frames that device activities are leaves of (dlpt.metrics.ACTIVITY_KIND_INFO
 # maps each activity kind onto one). The other kinds: `root` and `rank` head the tree;
-# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are DESIGN §3's.
+# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are the model's (docs/ARCHITECTURE.md).
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 # A compiled kernel's share on one of the source lines it was generated from is a node of this
 # frame beneath that line (collectors/record/fused.py makes them; viewers explain them).

@@ -1,5 +1,5 @@
 """Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/1` schema that
-CI jobs and dashboards read (DESIGN §6)."""
+CI jobs and dashboards read (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

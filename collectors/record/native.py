@@ -46,7 +46,7 @@ class Leaf(NamedTuple):
     node: int
     kind: int
     name: int  # index into the names the snapshots handed over
-    count: int
+    activities: int  # how many the row aggregates
     total: int  # ns
     min: int
     max: int

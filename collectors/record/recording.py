@@ -156,6 +156,7 @@ class Recording:
             notice(f"could not build the profile ({type(e).__name__}: {e}); nothing saved. "
                    "Please report this with the command line.")
             return failed
+        assert self.out is not None  # dlpt record always has its OUT
         self.result = prof
         prof.path = self.out
         if not prof.cct.exclusive.any():
@@ -164,7 +165,6 @@ class Recording:
             where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""
             notice(f"nothing recorded: the program ran no PyTorch ops{where}; no profile written")
             return status
-        assert self.out is not None
         prof.meta["exit_status"] = status
         if signum is not None:
             prof.meta["ended_by"] = signal_name(signum)

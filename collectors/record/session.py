@@ -1,5 +1,5 @@
 """A recording: the native collector switched on and off, steps, threads, backward calls, and
-the snapshots that keep a crashed program's profile (DESIGN §2).
+the snapshots that keep a crashed program's profile (docs/ARCHITECTURE.md).
 
 `Recorder.start()` → the program runs → `Recorder.stop()` → `Profile`. Nothing is folded
 inside the program: the collector aggregates as it goes, and a background thread writes the

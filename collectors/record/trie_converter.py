@@ -133,7 +133,7 @@ class TrieConverter:
             out.node = self.leaf_nodes[:len(rows)]
             out.name = self.leaf_frames[:len(rows)]
             out.kind = rows[:, col("kind")].tolist()
-            out.count = rows[:, col("count")].tolist()
+            out.count = rows[:, col("activities")].tolist()
             out.duration = rows[:, col("total")].tolist()
             out.nbytes = rows[:, col("bytes")].tolist()
             out.device = rows[:, col("device")].tolist()
