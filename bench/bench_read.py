@@ -1,4 +1,4 @@
-"""Reading benchmark (DESIGN §7): `dlpt report` against Holistic Trace Analysis on the same
+"""Reading benchmark (docs/BENCHMARKS.md): `dlpt report` against Holistic Trace Analysis on the same
 Kineto traces, at several sizes.
 
 Each measurement is a fresh process (imports included, as a user would run it); dlpt and HTA

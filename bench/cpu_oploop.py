@@ -1,4 +1,4 @@
-"""CPU recording overhead and memory of `dlpt record` (issue 10; DESIGN §7), fresh process each run:
+"""CPU recording overhead and memory of `dlpt record` (issue 10; docs/BENCHMARKS.md), fresh process each run:
 
 - `oploop`: 8 × (Linear + LayerNorm + GELU) on 16×64 tensors, AdamW, 320 steps
   (bench/cpu_oploop_prog.py): median step time over steps 20..end, unprofiled vs `dlpt record`,

@@ -1,4 +1,4 @@
-"""Op-bound CPU programs for bench/cpu_oploop.py (issue 10; DESIGN §7 "an op-bound loop of tiny
+"""Op-bound CPU programs for bench/cpu_oploop.py (issue 10; docs/BENCHMARKS.md "an op-bound loop of tiny
 tensors at most 1.25× unprofiled per step"; memory: 100k steps grow dlpt's memory < 50 MB).
 
     python bench/cpu_oploop_prog.py oploop [STEPS=320]    # 8 × (Linear + LayerNorm + GELU), 16×64, AdamW

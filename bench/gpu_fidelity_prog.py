@@ -85,7 +85,7 @@ class Slow(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # noqa: ANN001
         # Runs on autograd's device thread; its kernel belongs to the line that applied Slow
-        # (DESIGN §2); this line has Python frames of its own, so a collector may put it here:
+        # (docs/ARCHITECTURE.md); this line has Python frames of its own, so a collector may put it here:
         # ALSO counts it in fn_apply's group and the comparison shows the split.
         if ctx.bwd_cycles:
             with timed("fn_apply"):

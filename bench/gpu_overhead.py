@@ -1,4 +1,4 @@
-"""Recording overhead on third-party programs (issue 10; DESIGN §7), side by side in one run:
+"""Recording overhead on third-party programs (issue 10; docs/BENCHMARKS.md), side by side in one run:
 
 - `nanogpt`: nanoGPT `train.py` eager, median step time over iterations 10–60, unprofiled /
   `dlpt record` / torch.profiler with stacks (bench/torchprof_run.py) / Proton `-c python`,

@@ -1,5 +1,5 @@
 """`dlpt record` on a Hugging Face `Trainer` run (bench/hf_trainer_prog.py: small random GPT-2,
-synthetic data, 2 dataloader workers, bf16, 40 steps), N times (issue 10; DESIGN §7: ≤ 1.3×
+synthetic data, 2 dataloader workers, bf16, 40 steps), N times (issue 10; docs/BENCHMARKS.md: ≤ 1.3×
 runtime, no pause over 100 ms, ≤ 0.5 s to the saved profile, 10 of 10 saved).
 
 Runs the program unprofiled (`--baseline` times, default 1), then under `dlpt record` N times,

@@ -18,8 +18,8 @@ import numpy as np
 
 from dlpt.compile_time import compile_apart
 from dlpt.frames import Frame, short_kernel_name, short_path
-from dlpt.metrics import COL, METRICS, default_metric, metric_column, metric_unit
-from dlpt.profile import Profile
+from dlpt.metrics import COL, METRICS, metric_column, metric_unit
+from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.views import GROUPINGS, check_view, flat
 

@@ -6,9 +6,11 @@ import re
 import sys
 from typing import NamedTuple
 
+from dlpt.layout import is_own_file
+
 # The kinds of the frames that device activities are leaves of (dlpt.metrics.ACTIVITY_KIND_INFO
 # maps each activity kind onto one). The other kinds: `root` and `rank` head the tree;
-# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are DESIGN §3's.
+# `thread`, `python`, `module`, `op`, `backward` and `unattributed` are the model's (docs/ARCHITECTURE.md).
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 # A compiled kernel's share on one of the source lines it was generated from is a node of this
 # frame beneath that line (collectors/record/fused.py makes them; viewers explain them).
@@ -51,6 +53,15 @@ def source_frame(file: str, line: int, function: str) -> Frame:
 
 def fused_frame(kernel: str) -> Frame:
     return Frame("op", f"{FUSED_PREFIX}{kernel}]")
+
+
+# The marker between a forward op's context and the backward work linked to it.
+BACKWARD_FRAME = Frame("backward", "[backward]")
+
+
+def unattributed_frame(reason: str) -> Frame:
+    """Where work that cannot be placed goes, so that totals are conserved."""
+    return Frame("unattributed", f"<unattributed: {reason}>")
 
 
 class FrameTable:
@@ -120,13 +131,6 @@ _DLPT_FILE = re.compile(r"/dlpt/(?:cli|api|__main__)\.py$|/dlpt/(?:commands|coll
                         r"|/collectors/record/[^/]+\.py$")
 _SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
 _STDLIB_DIR = re.compile(r"/lib/python3(?:\.\d+)?/")
-# dlpt's own folders, for source checkouts and editable installs, whose paths are not in site-packages.
-_OWN_DIRS = tuple(
-    str(__import__("pathlib").Path(__file__).resolve().parent.parent / d) + "/"
-    for d in ("dlpt", "collectors", "viewers")
-)
-
-
 def _top_module(rel: str) -> str:
     head = rel.split("/", 1)[0]
     return head[:-3] if head.endswith(".py") else head
@@ -142,7 +146,7 @@ def is_library_file(path: str) -> bool:
     if not path or path.startswith("<"):
         return True
     p = path.replace("\\", "/")
-    if "/torchinductor_" in p or p.startswith(_OWN_DIRS) or _DLPT_FILE.search(p):
+    if "/torchinductor_" in p or is_own_file(p) or _DLPT_FILE.search(p):
         return True
     m = _SITE.search(p)
     if m:

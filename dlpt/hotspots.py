@@ -1,5 +1,5 @@
 """Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/1` schema that
-CI jobs and dashboards read (DESIGN §6)."""
+CI jobs and dashboards read (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 
 from dlpt.compile_time import compile_apart
 from dlpt.frames import ACTIVITY_KINDS
-from dlpt.metrics import COL, METRICS, default_metric, metric_column
-from dlpt.profile import Profile
+from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.profile import Profile, default_metric
 from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import hide_library_unless, propagate_down
 from dlpt.views import flat

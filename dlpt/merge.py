@@ -1,4 +1,4 @@
-"""Several profiles as one: each input's tree under a `rank N` node (DESIGN §2 "Several ranks").
+"""Several profiles as one: each input's tree under a `rank N` node (docs/ARCHITECTURE.md, "The model").
 
 The one merge of dlpt: `dlpt import` of several files, the reading commands given several
 profiles or a directory, and the Kineto importer given several traces all come here. It is

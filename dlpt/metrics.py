@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from dlpt.profile import Profile
 
 METRICS = (
     "gpu_time", "kernel_time", "comm_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
@@ -120,19 +117,6 @@ def metric_column(name: str) -> int:
         return COL[name]
     except KeyError:
         raise DlptError(f"unknown metric {name!r}; choose one of: {', '.join(METRICS)}") from None
-
-
-def default_metric(*profiles: Profile) -> str:
-    """The metric every view ranks by when the user names none: `gpu_time` when any of the
-    profiles has GPU activity; else `cpu_time` (host ops' self time) when any has host op time,
-    as a recording on a machine without a GPU has; else `gpu_time`. Reports, exports, the TUI,
-    diffs and GraphFrames all start from this one rule, so they agree on what a profile shows."""
-    gpu = cpu = 0
-    for p in profiles:
-        exc = p.cct.exclusive
-        gpu += int(exc[:, COL["gpu_time"]].sum())
-        cpu += int(exc[:, COL["cpu_time"]].sum())
-    return "cpu_time" if gpu == 0 and cpu > 0 else "gpu_time"
 
 
 def exclusive_matrix(n_nodes: int, node: np.ndarray, kind: np.ndarray, dur: np.ndarray,

@@ -11,6 +11,7 @@ import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
+from dlpt.metrics import COL
 
 if TYPE_CHECKING:
     import hatchet
@@ -93,10 +94,23 @@ class Profile:
         default metric is gpu_time, or cpu_time for a profile without GPU activity."""
         from dlpt.interop.graphframe import to_graphframe
 
-        return to_graphframe(self, include_library=include_library, metric=metric)
+        return to_graphframe(self, metric or default_metric(self), include_library=include_library)
 
     def call_graph(self, include_library: bool = False) -> nx.DiGraph:
         """The function-level caller/callee graph (networkx), metrics on nodes and edges."""
         from dlpt.interop.callgraph import call_graph
 
         return call_graph(self, include_library=include_library)
+
+
+def default_metric(*profiles: Profile) -> str:
+    """The metric every view ranks by when the user names none: `gpu_time` when any of the
+    profiles has GPU activity; else `cpu_time` (host ops' self time) when any has host op time,
+    as a recording on a machine without a GPU has; else `gpu_time`. Reports, exports, the TUI,
+    diffs and GraphFrames all start from this one rule, so they agree on what a profile shows."""
+    gpu = cpu = 0
+    for p in profiles:
+        exc = p.cct.exclusive
+        gpu += int(exc[:, COL["gpu_time"]].sum())
+        cpu += int(exc[:, COL["cpu_time"]].sum())
+    return "cpu_time" if gpu == 0 and cpu > 0 else "gpu_time"

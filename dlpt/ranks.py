@@ -1,4 +1,4 @@
-"""Several ranks (DESIGN §2): who this process is, where its profile goes, and, once profiles are
+"""Several ranks (docs/ARCHITECTURE.md): who this process is, where its profile goes, and, once profiles are
 merged (`dlpt.merge`), each rank's share of the tree: per-rank totals, per-rank values of any
 grouping, one rank's tree alone, and the straggler verdict."""
 

@@ -1,4 +1,4 @@
-"""The `.dlpt` profile file: one SQLite database (DESIGN §4).
+"""The `.dlpt` profile file: one SQLite database (docs/ARCHITECTURE.md).
 
 Tables users can query with sqlite3 or pandas:
   meta(key, value)             value is JSON
@@ -56,7 +56,7 @@ CREATE TABLE arrays (name TEXT PRIMARY KEY, dtype TEXT NOT NULL, data BLOB NOT N
 
 
 # Refuse to start a recording with less free space than this in the output directory: a nearly
-# full disk is better reported before the program runs than after (DESIGN §5, docs/ROBUSTNESS.md).
+# full disk is better reported before the program runs than after (docs/ROBUSTNESS.md).
 MIN_FREE_BYTES = 1 << 20
 
 

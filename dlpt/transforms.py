@@ -4,12 +4,17 @@ pyinstrument's processors. None of them mutates its input."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.frames import is_library
-from dlpt.profile import Profile
+
+if TYPE_CHECKING:
+    # Annotations only: the transforms rebuild the profile they are given (`replace`), and
+    # dlpt.profile's conveniences reach them through dlpt.interop.
+    from dlpt.profile import Profile
 
 
 def propagate_down(cct: CCT, mask: np.ndarray) -> np.ndarray:

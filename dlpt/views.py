@@ -5,13 +5,18 @@ totals of the top-down tree."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
-from dlpt.profile import Activities, Profile
+
+if TYPE_CHECKING:
+    # Annotations only: views take the profile they are given (dlpt.profile's conveniences
+    # reach views through dlpt.interop, so a runtime import would close a circle).
+    from dlpt.profile import Profile
 
 VIEWS = ("top-down", "bottom-up", "flat")
 GROUPINGS = ("line", "function", "file", "kernel", "op")
@@ -168,4 +173,4 @@ def bottom_up(profile: Profile) -> Profile:
         exc = sum_rows(new_of_old[inv], cct.exclusive[src], len(bparent))
     exc[0] += cct.exclusive[0]
     # Activities refer to top-down nodes, which an inverted tree does not have.
-    return replace(profile, cct=CCT(bparent, bframe, exc), activities=Activities.empty())
+    return replace(profile, cct=CCT(bparent, bframe, exc), activities=type(profile.activities).empty())

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.kineto.link import BACKWARD_FRAME
 from dlpt.collectors.record.compiled_frames import REGION_PREFIX
 from dlpt.collectors.record.fused import (
     AUTOTUNING,
@@ -32,7 +31,7 @@ from dlpt.collectors.record.provenance import (
     parse_trace,
 )
 from dlpt.collectors.record.shares import split_int, transport
-from dlpt.frames import FUSED_PREFIX, Frame, FrameTable, fused_frame, source_frame
+from dlpt.frames import BACKWARD_FRAME, FUSED_PREFIX, Frame, FrameTable, fused_frame, source_frame
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.store import load, save

@@ -5,11 +5,12 @@ an import cycle somewhere later."""
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
+from dlpt.layout import OWN_ROOTS, PACKAGES, is_own_file
+
 ROOT = Path(__file__).resolve().parent.parent
-# Folder → package, as pyproject.toml maps them.
-PACKAGES = {"dlpt": "dlpt", "collectors": "dlpt.collectors", "viewers": "dlpt.viewers"}
 
 
 def _modules() -> dict[str, Path]:
@@ -36,7 +37,9 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
+            # `from dlpt.collectors.record import native` imports the module `native` too.
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names
+                                    if f"{node.module}.{a.name}" in MODULES)]
         else:
             continue
         out += [(n, id(node) in top) for n in names if n == "dlpt" or n.startswith("dlpt.")]
@@ -48,16 +51,67 @@ def _under(name: str, package: str) -> bool:
 
 
 MODULES = _modules()
-# The model: everything in dlpt/ but the command line and the adapters to other libraries.
+# The entry points above the collectors: the recording API (dlpt.profile runs the recorder)
+# and opening any input (a trace is read by the Kineto importer).
+ENTRY = ("dlpt", "dlpt.api", "dlpt.loader", "dlpt.cli", "dlpt.__main__")
+# The model: everything in dlpt/ but the command line, the entry points and the adapters to
+# other libraries.
 CORE = {m: p for m, p in MODULES.items()
         if m.startswith("dlpt.") and not _under(m, "dlpt.commands") and not _under(m, "dlpt.interop")
-        and not _under(m, "dlpt.collectors") and not _under(m, "dlpt.viewers")
-        and m not in ("dlpt.cli", "dlpt.__main__")}
+        and not _under(m, "dlpt.collectors") and not _under(m, "dlpt.viewers") and m not in ENTRY}
 
 
 def test_layout_is_read():
     assert "dlpt.profile" in CORE and "dlpt.diff" in CORE and "dlpt.viewers.diff" in MODULES
     assert "dlpt.collectors.kineto.link" in MODULES and "dlpt.interop.tables" in MODULES
+
+
+def test_own_roots_are_the_three_folders():
+    """dlpt's own files (hidden as library, left out of recorded paths and tracebacks) are
+    exactly the folders pyproject.toml maps onto its packages: the one definition."""
+    assert {os.path.basename(r.rstrip(os.sep)) for r in OWN_ROOTS} == set(PACKAGES)
+    assert all(is_own_file(str(p)) for p in MODULES.values())
+    assert not is_own_file(str(ROOT / "tests" / "test_layers.py")) and not is_own_file(str(ROOT / "bench"))
+
+
+def test_no_import_circles():
+    """No module imports, directly or through others (at any time: inside functions too), a
+    module that imports it."""
+    graph = {m: {n for n, _ in _imports(p) if n in MODULES and n != m} for m, p in MODULES.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(m: str) -> None:  # Tarjan's strongly connected components
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            part = []
+            while True:
+                n = stack.pop()
+                part.append(n)
+                if n == m:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    assert not circles, circles
+
+
+def test_model_never_imports_collectors():
+    """Collectors make profiles; the model reads them. Only the entry points run collectors."""
+    bad = [(m, n) for m, p in CORE.items() for n, _ in _imports(p) if _under(n, "dlpt.collectors")]
+    assert not bad, bad
 
 
 def test_model_never_imports_viewers_or_commands():

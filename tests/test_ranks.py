@@ -13,8 +13,7 @@ import pytest
 from conftest import trace_path
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.kineto import finish
-from dlpt.collectors.kineto.link import LinkResult
+from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
 from dlpt.hotspots import hotspots
@@ -32,10 +31,10 @@ def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None, path: str = "") -> object:
     """A profile of `train.py` lines, each launching (kernel name, ns) kernels, built by the
-    importer's own `finish` (so comm_time is computed the way every profile gets it)."""
+    shared `build_profile` (so comm_time is computed the way every profile gets it)."""
     frames = FrameTable()
     b = TreeBuilder(frames.intern(Frame("root", "t")))
-    out = LinkResult()
+    out = ActivityColumns()
     for line, kernels in lines.items():
         node = b.child(0, frames.intern(Frame("python", f"train.py({line}): step", "train.py", line, "step")))
         for name, ns in kernels:
@@ -45,7 +44,7 @@ def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None
                            ("start", 0), ("duration", ns), ("nbytes", 0)):
                 getattr(out, col).append(v)
     meta = {"source": "kineto"} if rank is None else {"source": "kineto", "rank": rank, "world_size": 2}
-    prof = finish(b, frames, out, meta)
+    prof = build_profile(b, frames, out, meta)
     prof.path = path
     return prof
 

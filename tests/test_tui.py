@@ -26,7 +26,7 @@ from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import FlatRows, Outline, TreeRows, filter_keys
+from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows, filter_keys
 
 GPT = str(trace_path("gpt_train"))
 COPIES = str(trace_path("copies"))

@@ -5,17 +5,14 @@ from __future__ import annotations
 import gc
 import os
 
-import numpy as np
-
-from dlpt.cct import CCT, TreeBuilder
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
-from dlpt.collectors.kineto.link import LinkResult, link_columns, link_trace  # noqa: F401
+from dlpt.collectors.kineto.link import link_columns
 from dlpt.frames import Frame, FrameTable
-from dlpt.metrics import COL, collective_mask, exclusive_matrix
-from dlpt.profile import Activities, Profile
+from dlpt.profile import Profile
 from dlpt.progress import Progress
-from dlpt.transforms import prune_empty
 from dlpt.version import __version__
 
 
@@ -58,7 +55,7 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
 def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     frames = FrameTable()
     builder = TreeBuilder(frames.intern(Frame("root", os.path.basename(f))))
-    out = LinkResult()
+    out = ActivityColumns()
     meta: dict[str, object] = {"source": "kineto", "dlpt_version": __version__,
                                "command": "", "traces": [f]}
     if progress:
@@ -82,7 +79,7 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     if progress:
         progress("linking", k + 1, n)
     meta["skipped_events"] = out.skipped
-    return finish(builder, frames, out, meta)
+    return build_profile(builder, frames, out, meta)
 
 
 def _read(path: str) -> tuple[Trace, Columns]:
@@ -103,28 +100,3 @@ def _read(path: str) -> tuple[Trace, Columns]:
     cols.add(trace.traceEvents)
     trace.traceEvents = []  # the columns hold what linking needs
     return trace, cols
-
-
-def finish(builder: TreeBuilder, frames: FrameTable, out: LinkResult, meta: dict) -> Profile:
-    """Renumber the tree in preorder and total the metrics of every node."""
-    parent, frame, new_of_old = builder.preorder()
-    i64 = np.int64
-    act = Activities(
-        node=new_of_old[np.asarray(out.node, dtype=i64)] if out.node else np.zeros(0, i64),
-        kind=np.asarray(out.kind, dtype=i64), name=np.asarray(out.name, dtype=i64),
-        device=np.asarray(out.device, dtype=i64), stream=np.asarray(out.stream, dtype=i64),
-        start=np.asarray(out.start, dtype=i64), duration=np.asarray(out.duration, dtype=i64),
-        bytes=np.asarray(out.nbytes, dtype=i64),
-        count=np.asarray(out.count, dtype=i64) if out.count else None,
-    )
-    cpu_node = new_of_old[np.asarray(out.cpu_node, dtype=i64)] if out.cpu_node else np.zeros(0, i64)
-    exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
-                           cpu_node, np.asarray(out.cpu_self, dtype=i64), act.count,
-                           collective=collective_mask(frames.frames, act.name, act.kind))
-    for metric, (nodes, values) in out.extra.items():
-        if len(nodes):
-            exc[:, COL[metric]] += np.bincount(new_of_old[np.asarray(nodes, dtype=i64)],
-                                               weights=np.asarray(values, dtype=i64),
-                                               minlength=len(parent)).astype(i64)
-    # Nodes with nothing beneath them (a call that reached no op or GPU work) say nothing.
-    return prune_empty(Profile(frames=list(frames.frames), cct=CCT(parent, frame, exc), activities=act, meta=meta))

@@ -1,6 +1,6 @@
 """Linking a Kineto trace: every GPU activity to the host context that launched it.
 
-The rules (DESIGN §2):
+The rules (docs/ARCHITECTURE.md, "Linking a trace"):
 - a GPU event's launch is the `cuda_runtime`/`cuda_driver` event with the same `correlation`;
 - host spans nest by time on their `(pid, tid)`: Python functions, ops and annotations
   around the launch form its context;
@@ -23,40 +23,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlpt.cct import TreeBuilder
+from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import ANNOT, LAUNCH, OP, PY, Trace, as_int
-from dlpt.frames import Frame, FrameTable, python_frame
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
-BACKWARD_FRAME = Frame("backward", "[backward]")
 NO_LAUNCH = "no launch record"
-
-
-def unattributed_frame(reason: str) -> Frame:
-    return Frame("unattributed", f"<unattributed: {reason}>")
-
-
-@dataclass
-class LinkResult:
-    """What one trace file contributes: activity columns (node ids are the builder's)."""
-
-    node: list[int] = field(default_factory=list)
-    kind: list[int] = field(default_factory=list)
-    name: list[int] = field(default_factory=list)
-    device: list[int] = field(default_factory=list)
-    stream: list[int] = field(default_factory=list)
-    start: list[int] = field(default_factory=list)
-    duration: list[int] = field(default_factory=list)
-    nbytes: list[int] = field(default_factory=list)
-    count: list[int] = field(default_factory=list)  # activities per row; empty: one each
-    cpu_node: list[int] = field(default_factory=list)
-    cpu_self: list[int] = field(default_factory=list)
-    # Further metric columns by name (host_time, sync_time, gpu_idle_time, ...): builder node ids
-    # and their values, totalled per node like the rest.
-    extra: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    skipped: int = 0
 
 
 def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
@@ -80,17 +55,10 @@ def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
     return dict(zip([keys[j] for j in np.flatnonzero(hit).tolist()], ops_sorted[pos[hit]].tolist()))
 
 
-def link_trace(trace: Trace, builder: TreeBuilder, frames: FrameTable, base: int,
-               out: LinkResult) -> None:
-    """Place every GPU activity of `trace` into `builder` beneath node `base`."""
-    cols = Columns()
-    cols.add(trace.traceEvents)
-    link_columns(trace, cols, builder, frames, base, out)
-
-
 def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: FrameTable, base: int,
-                 out: LinkResult) -> None:
-    """`link_trace` for events already sorted into columns; `trace` gives only its metadata.
+                 out: ActivityColumns) -> None:
+    """Place every GPU activity of a trace, its events sorted into `cols`, into `builder` beneath
+    node `base`; `trace` gives only its metadata.
 
     The stages, each a step below: nest the host spans of each thread by time; give each op its
     self time; link backward ops to the forward ops that created them; then place every GPU
@@ -422,7 +390,7 @@ class _SpanNodes:
 
 def _place_gpu_activities(gpu: list[tuple], launch_of_corr: dict[int, int], node_of_span: Callable[[int], int],
                           builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int,
-                          out: LinkResult) -> None:
+                          out: ActivityColumns) -> None:
     """One row per GPU activity, at a leaf of its kind and name under its launch's node, or under
     `<unattributed: no launch record>` when no launch has its correlation."""
     leaf_cache: dict[tuple[int, str], int] = {}

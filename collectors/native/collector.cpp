@@ -501,4 +501,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward_end", &backward_end);
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
+  // The numbers the Python side decodes snapshots with (collectors/record/native.py checks
+  // them at load time): node kinds, activity kinds, columns of a leaf row.
+  m.def("constants", [] {
+    py::dict nodes, acts, d;
+    nodes["root"] = N_ROOT;
+    nodes["python"] = N_PY;
+    nodes["op"] = N_OP;
+    nodes["backward"] = N_BACKWARD;
+    nodes["thread"] = N_THREAD;
+    nodes["tid"] = N_TID;
+    nodes["unattributed"] = N_UNATTR;
+    acts["kernel"] = A_KERNEL;
+    acts["htod"] = A_HTOD;
+    acts["dtoh"] = A_DTOH;
+    acts["dtod"] = A_DTOD;
+    acts["memcpy_other"] = A_OTHER;
+    acts["memset"] = A_MEMSET;
+    d["node_kinds"] = nodes;
+    d["activity_kinds"] = acts;
+    d["leaf_columns"] = 10;
+    return d;
+  });
 }

@@ -69,12 +69,20 @@ from dataclasses import replace
 import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
-from dlpt.collectors.kineto.link import BACKWARD_FRAME, unattributed_frame
 from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.collectors.record.shares import split_activities, split_int
 from dlpt.compile_time import AUTOTUNING
-from dlpt.frames import ACTIVITY_KINDS, Frame, FrameTable, fused_frame, is_library, source_frame
+from dlpt.frames import (
+    ACTIVITY_KINDS,
+    BACKWARD_FRAME,
+    Frame,
+    FrameTable,
+    fused_frame,
+    is_library,
+    source_frame,
+    unattributed_frame,
+)
 from dlpt.metrics import COL
 from dlpt.profile import Profile
 from dlpt.transforms import drop_subtrees, nearest_marked, propagate_down

@@ -19,11 +19,96 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from types import CodeType
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from dlpt.errors import DlptError, notice
+from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native", "collector.cpp")
+
+# ----- the boundary: what the extension hands over, with names -----
+
+# Node kinds of the collector's trie (trie.h); `load` checks them against the extension's.
+N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
+NODE_KINDS = {"root": N_ROOT, "python": N_PY, "op": N_OP, "backward": N_BACKWARD, "thread": N_THREAD,
+              "tid": N_TID, "unattributed": N_UNATTR}
+# Activity kinds: the extension numbers them as dlpt.metrics does.
+ACTIVITY_KINDS = {"kernel": KERNEL, "htod": HTOD, "dtoh": DTOH, "dtod": DTOD, "memcpy_other": MEMCPY_OTHER,
+                  "memset": MEMSET}
+
+
+class Leaf(NamedTuple):
+    """The columns of one leaf row: a (node, activity name) aggregate of device activity."""
+
+    node: int
+    kind: int
+    name: int  # index into the names the snapshots handed over
+    activities: int  # how many the row aggregates
+    total: int  # ns
+    min: int
+    max: int
+    bytes: int
+    device: int
+    stream: int
+
+
+LEAF_COLUMNS = len(Leaf._fields)
+
+
+class Snapshot(NamedTuple):
+    """`snapshot()`'s tuple with names: the trie's node columns (all nodes so far), the leaf rows
+    (one row per `Leaf`, all so far), and the code objects and names from the indices asked for.
+
+    The extension's tuple keeps this order; a new trailing item is one more field here."""
+
+    parent: np.ndarray
+    kind: np.ndarray
+    a: np.ndarray  # python: code index; op/unattributed: name index; thread: key or thread id
+    b: np.ndarray  # python: line
+    cpu: np.ndarray  # exclusive host op time, ns
+    leaves: np.ndarray  # (rows, LEAF_COLUMNS)
+    codes: list[CodeType]
+    names: list[str]
+
+    @classmethod
+    def decode(cls, raw: tuple[Any, ...]) -> Snapshot:
+        """The one place the positional tuple is read: int64 columns from bytes, leaves as rows."""
+        items = [np.frombuffer(x, dtype=np.int64) if isinstance(x, bytes) else x for x in raw[:len(cls._fields)]]
+        snap = cls._make(items)
+        return snap._replace(leaves=snap.leaves.reshape(-1, LEAF_COLUMNS))
+
+
+class Collector(Protocol):
+    """The extension module's functions (collector.cpp's PYBIND11_MODULE)."""
+
+    def start(self, device: bool, gil_frames: bool = False, host: bool = True, diag: str = "",
+              sample_ns: int = 1000000) -> str: ...
+    def stop(self) -> None: ...
+    def flush(self, forced: bool = True) -> None: ...
+    def snapshot(self, codes_from: int = 0, names_from: int = 0) -> tuple[Any, ...]: ...
+    def host_snapshot(self) -> dict[str, Any]: ...
+    def ignore_this_thread(self) -> None: ...
+    def context_here(self) -> int: ...
+    def register_thread(self, where: int, key: int) -> None: ...
+    def backward_begin(self, allow_off: bool) -> None: ...
+    def backward_end(self) -> None: ...
+    def capabilities(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]: ...
+    def constants(self) -> dict[str, Any]: ...
+
+
+def check_constants(mod: Collector) -> None:
+    """The numbers both sides decode with must agree: a mismatch would misplace every row."""
+    c = mod.constants()
+    ours = {"node_kinds": NODE_KINDS, "activity_kinds": ACTIVITY_KINDS, "leaf_columns": LEAF_COLUMNS}
+    for key, want in ours.items():
+        got = dict(c[key]) if isinstance(want, dict) else c[key]
+        if got != want:
+            raise DlptError(f"the native collector's {key} {got} differ from dlpt's {want}; please report this")
+
 
 _loaded: dict[str, Any] = {}
 
@@ -92,12 +177,12 @@ def _internal_frames() -> bool:
     return (3, 11) <= sys.version_info[:2] <= (3, 12) and os.environ.get("DLPT_FRAMES", "") != "public"
 
 
-def load(quiet: bool = False) -> Any:
+def load(quiet: bool = False) -> Collector:
     """The built collector module (built once per process; later calls are free).
 
     Raises DlptError with what to install when it cannot be built: recording needs it."""
     if "mod" in _loaded:
-        return _loaded["mod"]
+        return _loaded["mod"]  # type: ignore[no-any-return]
     import torch
     from torch.utils import cpp_extension
 
@@ -128,6 +213,7 @@ def load(quiet: bool = False) -> Any:
         except Exception as e:  # noqa: BLE001 - the next variant, then one line saying why
             errors.append(e)
             continue
+        check_constants(mod)
         _loaded["mod"] = mod
         _loaded["cupti"] = cupti
         return mod

@@ -1,5 +1,5 @@
 """A recording: the native collector switched on and off, steps, threads, backward calls, and
-the snapshots that keep a crashed program's profile (DESIGN §2).
+the snapshots that keep a crashed program's profile (docs/ARCHITECTURE.md).
 
 `Recorder.start()` → the program runs → `Recorder.stop()` → `Profile`. Nothing is folded
 inside the program: the collector aggregates as it goes, and a background thread writes the
@@ -23,8 +23,9 @@ from typing import Any
 from dlpt.collectors.record import native
 from dlpt.collectors.record.fused import attribute_compiled
 from dlpt.collectors.record.provenance import Provenance
-from dlpt.collectors.record.tree import TrieConverter
+from dlpt.collectors.record.trie_converter import TrieConverter
 from dlpt.errors import notice
+from dlpt.layout import OWN_ROOTS
 from dlpt.profile import Profile
 from dlpt.ranks import rank_info
 from dlpt.version import __version__
@@ -34,12 +35,6 @@ SNAPSHOT_SECONDS = 5.0
 
 # The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
 _ACTIVE: Recorder | None = None
-
-# dlpt's own files: their frames (the CLI, runpy's caller, the thread and backward wrappers
-# below) are not the program's.
-_PACKAGE_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep + d
-                      for d in ("dlpt", "collectors", "viewers"))
-
 
 def active() -> Recorder | None:
     return _ACTIVE
@@ -85,7 +80,7 @@ class Recorder:
         import runpy
 
         drop.add(os.path.splitext(os.path.abspath(runpy.__file__))[0])
-        self.converter = TrieConverter(name or command or "record", frozenset(drop), _PACKAGE_DIRS, os.getcwd(),
+        self.converter = TrieConverter(name or command or "record", frozenset(drop), OWN_ROOTS, os.getcwd(),
                                        self._thread_names)
         # Inductor's provenance of each generated kernel, so compiled code's kernels land on the
         # model lines they were generated from (on CPU, its C++ kernels become ops to see them).
@@ -249,7 +244,7 @@ class Recorder:
         if self.on:
             self.mod.flush(not partial)
         host = self.mod.host_snapshot()  # first: every node it names is then in the trie's snapshot
-        snap = self.mod.snapshot(len(self.converter.code_info), len(self.converter.names))
+        snap = native.Snapshot.decode(self.mod.snapshot(len(self.converter.code_info), len(self.converter.names)))
         dump = os.environ.get("DLPT_HOST_DUMP")
         if dump and not partial:
             # Diagnostics for idle blame: the sampler's intervals and the GPU's busy intervals as

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from dlpt.errors import notice
-from dlpt.metrics import METRICS, default_metric
-from dlpt.profile import Profile
+from dlpt.metrics import METRICS
+from dlpt.profile import Profile, default_metric
 
 
 def add_metric(p: argparse.ArgumentParser) -> None:

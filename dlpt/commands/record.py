@@ -6,18 +6,24 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 import traceback
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlpt.errors import DlptError, notice
+from dlpt.layout import OWN_ROOTS
+
+if TYPE_CHECKING:
+    from dlpt.collectors.record.recording import Recording
 
 EPILOG = """\
 examples:
   dlpt record -o run.dlpt train.py --epochs 1
   dlpt record -o run.dlpt -- python train.py --epochs 1
   dlpt record -m mypkg.train --lr 0.1
+  dlpt record -- python -u -X dev train.py     python's own flags apply to the program
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
   torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
                                               run.rank0.dlpt, run.rank1.dlpt
@@ -45,22 +51,57 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rewrite OUT with the profile so far every S seconds while the program runs, so a "
                    "crash or kill -9 keeps it (default: 5; 0: only at the end)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no start line, and no notices about what the recorder chose")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a library module as a script, like python -m")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
-                   help="the program and its arguments ('--' and a leading 'python' are accepted)")
+                   help="the program and its arguments ('--' and a leading 'python' with its flags are accepted)")
     p.set_defaults(func=run)
 
 
+# python's own flags (`python -u -X dev script.py`): letters that stand alone, and the two that
+# take a value (attached, -Xdev, or the next word).
+_FLAGS = frozenset("bBdEIOPqsSuvRx")
+_FLAGS_WITH_VALUE = frozenset("XW")
+
+
+def python_flags(program: list[str]) -> tuple[list[str], list[str]]:
+    """(python's flags, the words after them) for a remainder that starts with `python`; no
+    flags when it does not."""
+    prog = list(program)
+    if prog and prog[0] == "--":
+        prog = prog[1:]
+    if not (prog and _PYTHON.match(os.path.basename(prog[0]))):
+        return [], prog
+    prog = prog[1:]
+    flags: list[str] = []
+    while prog and prog[0].startswith("-") and not prog[0].startswith(("--", "-m", "-c")) and prog[0] != "-":
+        word, used = prog[0], 1
+        for k, letter in enumerate(word[1:]):
+            if letter in _FLAGS_WITH_VALUE:
+                used = 2 if k == len(word) - 2 else 1  # the value is the next word, or attached
+                break
+            if letter not in _FLAGS:
+                raise DlptError(f"python option -{letter} is not supported by dlpt record; "
+                                "give python's flags that change how the program runs (-u, -X, -W, -O, ...)")
+        if len(prog) < used:
+            raise DlptError(f"python option {word} needs a value")
+        flags += prog[:used]
+        prog = prog[used:]
+    return flags, prog
+
+
 def parse_program(module: list[str] | None, program: list[str]) -> tuple[str, str, list[str]]:
-    """('script' | 'module', target, args) from the command's remainder."""
+    """('script' | 'module', target, args) from the command's remainder (python's own flags
+    are skipped: `python_flags` reads them)."""
     if module:
         return "module", module[0], module[1:]
     prog = list(program)
     if prog and prog[0] == "--":
         prog = prog[1:]
     if prog and _PYTHON.match(os.path.basename(prog[0])):
-        prog = prog[1:]
+        prog = python_flags(prog)[1]
     if prog and prog[0] == "-m":
         if len(prog) < 2:
             raise DlptError("-m needs a module name, e.g. dlpt record -m mypkg.train")
@@ -75,24 +116,30 @@ def parse_program(module: list[str] | None, program: list[str]) -> tuple[str, st
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.api import Abandon, Finishing, _parse_steps
-    from dlpt.store import check_output
+    from dlpt.collectors.record.recording import Recording, output_path, parse_steps
+    from dlpt.collectors.record.signals import Abandon, die_by_signal
 
     mode, target, prog_args = parse_program(args.module, args.program)
-    steps = _parse_steps(args.steps)
+    flags = [] if args.module else python_flags(args.program)[0]
+    steps = parse_steps(args.steps)
     if not args.snapshot_seconds >= 0:
         raise DlptError("--snapshot-seconds must be 0 (off) or more")
     if mode == "script":
         _check_script(target)
+    if flags:
+        _run_with_python_flags(flags, args.program, mode, target, prog_args)
     name = os.path.splitext(os.path.basename(target.rstrip("/")))[0] if mode == "script" else target
     # Under torchrun every rank runs this same command line: each writes its own file.
-    from dlpt.ranks import default_output, rank_info, rank_output
-
-    who = rank_info()
-    out = rank_output(args.output, who["rank"], who["world_size"]) if args.output else default_output(name, who)
+    out = output_path(args.output, name)
+    assert out is not None
     # Everything that would make the save fail is checked before the program runs: an existing
     # OUT without --force, a missing or unwritable directory, a nearly full disk.
-    check_output(out, args.force)
+    shown = shlex.join(["python", *(["-m", target] if mode == "module" else [target]), *prog_args])
+    command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
+    rec = Recording(out, command=command, name=" ".join([target, *prog_args]), owns_process=True, steps=steps,
+                    force=args.force, quiet=args.quiet, snapshot_seconds=args.snapshot_seconds,
+                    start_line=None if args.quiet else f"recording {shown} → {out}; Ctrl-C stops and saves",
+                    drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else ())
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -101,131 +148,38 @@ def run(args: argparse.Namespace) -> int:
         status = _syntax_error(target)
         if status is not None:
             return status
-    from dlpt.collectors.record.session import Recorder
-
-    command = " ".join(["dlpt", "record", *(["-m", target] if mode == "module" else [target]), *prog_args])
-    rec = Recorder(command=command, name=" ".join([target, *prog_args]), steps=steps,
-                   drop_files=(sys.argv[0],) if sys.argv and sys.argv[0] else (), snapshot_path=out,
-                   snapshot_seconds=args.snapshot_seconds)
-    job = _Job(rec, out)
-    # Once the program has ended, SIGINT and SIGTERM raise Abandon until dlpt is done:
-    # _run_program installs job.finishing the moment the program ends.
-    job.finishing = Finishing()
     try:
-        status, signum = _run_program(rec, mode, target, prog_args, job.terminate, job.finishing)
-        if signum is not None:
-            notice(f"saving what was recorded to {out} (Ctrl-C again to abandon it)")
-        status = job.save(status, signum)
-    except Abandon as a:
-        job.abandoned(a.signum)
-        status, signum = 128 + a.signum, a.signum
+        status, signum = _run_program(rec, mode, target, prog_args)
+        status = rec.finish(status, signum)
+    except Abandon as a:  # after the program ended, before the save began
+        rec.abandoned(a.signum)
+        status = 128 + a.signum
     finally:
-        job.finishing.__exit__()
+        rec.finishing.__exit__()
+    signum = rec.abandoned_by or signum
     if signum is not None:
         # The program ended by the signal (or we were told to stop while saving): end as python
         # ends on an unhandled KeyboardInterrupt — exit handlers first, then die by the signal.
         import atexit
-
-        from dlpt.api import die_by_signal
 
         atexit._run_exitfuncs()
         die_by_signal(signum)
     return status
 
 
-class _Job:
-    """The recording's end: build the profile, save it, and say what happened."""
-
-    def __init__(self, rec: object, out: str) -> None:
-        self.rec = rec
-        self.out = out
-        self.before = _identity(out)
-        self.finishing: Any = None
-
-    def save(self, status: int, signum: int | None) -> int:
-        """Stop the recorder and save; the exit status dlpt should give.
-
-        When the profile cannot be saved, a failed program keeps its own status (its failure
-        is the news); a program that succeeded gives 2, so that a script relying on the
-        profile does not go on as if it existed."""
-        from dlpt.store import save
-
-        failed = status if status != 0 else 2
-        rec = self.rec
-        try:
-            prof = rec.stop()  # type: ignore[attr-defined]
-        except Exception as e:  # noqa: BLE001 - a bug in dlpt must not take the program's status
-            notice(f"could not build the profile ({type(e).__name__}: {e}); nothing saved. "
-                   "Please report this with the command line.")
-            return failed
-        prof.path = self.out
-        if not prof.cct.exclusive.any():
-            self._discard_snapshot()
-            steps = rec.steps  # type: ignore[attr-defined]
-            where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""  # type: ignore[attr-defined]
-            notice(f"nothing recorded: the program ran no PyTorch ops{where}; no profile written")
-            return status
-        prof.meta["exit_status"] = status
-        if signum is not None:
-            prof.meta["ended_by"] = _signal_name(signum)
-        try:
-            save(prof, self.out, force=True)  # check_output ran before the program: its result is ours
-        except DlptError as e:
-            kept = f"; {self.out} keeps its previous contents" if self.before else ""
-            notice(f"the profile could not be saved: {e}{kept}")
-            return failed
-        n = int(prof.activities.count.sum())  # type: ignore[union-attr]
-        notice(f"profile saved to {self.out} ({n:,} GPU activities, {len(prof.cct):,} nodes; "
-               f"post-processing {rec.post_seconds:.2f} s)")  # type: ignore[attr-defined]
-        notice(f"view it with: dlpt view {self.out}")
-        return status
-
-    def _discard_snapshot(self) -> None:
-        """Remove a snapshot this run wrote where no file was before (an empty recording)."""
-        now = _identity(self.out)
-        if self.before is None and now is not None:
-            try:
-                os.remove(self.out)
-            except OSError:
-                pass
-
-    def abandoned(self, signum: int) -> None:
-        from dlpt.output import remove_temp_files
-
-        # The store removes its temporary file as the interrupt passes through it; this also
-        # catches one the signal cut off between its creation and the store's cleanup.
-        remove_temp_files(os.path.dirname(os.path.abspath(self.out)), pid=os.getpid())
-        what = _signal_name(signum)
-        now = _identity(self.out)
-        if now is not None and now != self.before:
-            notice(f"{what} after the profile was saved to {self.out}")
-        elif self.before is not None:
-            notice(f"{what} while saving: the profile was not saved; {self.out} keeps its "
-                   "previous contents")
-        else:
-            notice(f"{what} while saving: the profile was not saved")
-
-    def terminate(self, signum: int) -> None:
-        """SIGTERM while the program runs: save, then end as the unhandled signal would have.
-
-        Run inside the signal handler, on top of the program's frames, without unwinding them:
-        with no handler of its own the program would have ended right there, running none of
-        its `finally` blocks or exit handlers, and neither does it here. Dying by the signal
-        (not exit 143) is what a wrapper like `time` or `timeout` passes on: the parent — a
-        shell, a batch scheduler — sees "terminated by SIGTERM" as it would without dlpt."""
-        from dlpt.api import Abandon, die_by_signal
-
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
-        notice(f"{_signal_name(signum)}: saving what was recorded to {self.out}")
-        self.finishing.install()
-        try:
-            self.save(128 + signum, signum)
-        except Abandon as a:
-            self.abandoned(a.signum)
-        die_by_signal(signum)
+def _run_with_python_flags(flags: list[str], program: list[str], mode: str, target: str,
+                           prog_args: list[str]) -> None:
+    """`dlpt record -- python -u -X dev train.py`: run dlpt itself under those flags (they
+    change the interpreter, which is this process), with the same command line less them."""
+    head = sys.argv[1:len(sys.argv) - len(program)]
+    tail = ["-m", target] if mode == "module" else ["--", target]
+    argv = [sys.executable, *flags, "-m", "dlpt", *head, *tail, *prog_args]
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        os.execv(sys.executable, argv)
+    except OSError as e:
+        raise DlptError(f"could not run {sys.executable} with {' '.join(flags)} ({e.strerror})") from None
 
 
 def _check_script(target: str) -> None:
@@ -265,20 +219,6 @@ def _syntax_error(target: str) -> int | None:
     return None
 
 
-def _identity(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    return "interrupted (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
-
-
 # The program's globals stay alive until dlpt exits, as `python SCRIPT` keeps __main__'s. Freeing
 # them the moment the program returns, recording still on, deadlocked DDP programs under torchrun
 # (seen with dlpt's torch.profiler-based recorder): the Reducer's ProcessGroupGloo destructor joins
@@ -287,14 +227,14 @@ def _signal_name(signum: int) -> str:
 _NAMESPACES: list[dict[str, Any]] = []
 
 
-def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
-                 on_terminate: object = None, then: object = None) -> tuple[int, int | None]:
+def _run_program(rec: Recording, mode: str, target: str, prog_args: list[str]) -> tuple[int, int | None]:
     """Run the program as python would: (exit status, signal that ended it or None)."""
     import runpy
     import signal
 
-    from dlpt.api import ProgramSignals
+    from dlpt.collectors.record.signals import Abandon
 
+    rec.start()  # before the program's path and argv: the recorder is dlpt's
     saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
     if mode == "script":
         sys.argv = [target, *prog_args]
@@ -304,14 +244,15 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
         sys.path[0:1] = [os.getcwd()]
         sys.argv = [_module_file(target), *prog_args]
     try:
-        with ProgramSignals(on_terminate, then):  # type: ignore[arg-type]
-            rec.start()  # type: ignore[attr-defined]
+        try:
             if mode == "script":
                 _NAMESPACES.append(runpy.run_path(target, run_name="__main__"))
             else:
                 # alter_sys=False: with True, torch 2.13's profiler names the module's file
                 # "site-packages" and the program's lines are lost; argv[0] is set above instead.
                 _NAMESPACES.append(runpy.run_module(target, run_name="__main__", alter_sys=False))
+        finally:
+            rec.program_ended()
         return 0, None
     except SystemExit as e:
         return _exit_status(e.code), None
@@ -319,8 +260,6 @@ def _run_program(rec: object, mode: str, target: str, prog_args: list[str],
         _print_program_traceback(e)
         return 130, signal.SIGINT
     except BaseException as e:  # noqa: BLE001 - the program's failure is reported as python would
-        from dlpt.api import Abandon
-
         if isinstance(e, Abandon):
             raise
         _print_program_traceback(e)
@@ -359,21 +298,18 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-_OWN = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)
-
-
 def _print_program_traceback(e: BaseException) -> None:
     """The traceback python would print: the program's frames only, not dlpt's or runpy's
     (neither runpy's at the top nor dlpt's SIGINT handler at the bottom)."""
     import runpy
 
     tb: TracebackType | None = e.__traceback__
-    skip = (os.path.abspath(runpy.__file__), *_OWN)
+    skip = (os.path.abspath(runpy.__file__), *OWN_ROOTS)
     while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
                               or os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(skip)):
         tb = tb.tb_next
     te = traceback.TracebackException(type(e), e, tb)
-    while len(te.stack) > 1 and os.path.abspath(te.stack[-1].filename).startswith(_OWN):
+    while len(te.stack) > 1 and os.path.abspath(te.stack[-1].filename).startswith(OWN_ROOTS):
         te.stack.pop()
     sys.stdout.flush()
     print("".join(te.format()), end="", file=sys.stderr)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import COL, METRICS, default_metric, metric_column
+from dlpt.metrics import COL, METRICS, metric_column
 from dlpt.transforms import hide_library_unless
 
 if TYPE_CHECKING:
@@ -55,21 +55,19 @@ def frame_attrs(frame: Frame) -> dict[str, Any]:
     return attrs
 
 
-def to_graphframe(profile: Profile, include_library: bool = False,
-                  metric: str | None = None) -> hatchet.GraphFrame:
+def to_graphframe(profile: Profile, metric: str, include_library: bool = False) -> hatchet.GraphFrame:
     """The profile's calling-context tree as a hatchet GraphFrame.
 
     Node `i` of the (library-hidden unless `include_library`) CCT becomes the hatchet node with
     `_hatchet_nid == i`, so `gf.dataframe` rows line up with the CCT's preorder. `metric` picks
-    the GraphFrame's default metric (its inclusive column); by default the profile's own
-    (`dlpt.metrics.default_metric`: gpu_time, or cpu_time for a profile without GPU activity)."""
+    the GraphFrame's default metric (its inclusive column); `Profile.to_graphframe` passes the
+    profile's own (`dlpt.profile.default_metric`) when the caller names none."""
     import pandas as pd
     from hatchet import GraphFrame
     from hatchet.frame import Frame as HFrame
     from hatchet.graph import Graph
     from hatchet.node import Node
 
-    metric = metric or default_metric(profile)
     metric_column(metric)  # a clear error for an unknown name, before any work
     prof = hide_library_unless(profile, include_library)
     cct = prof.cct

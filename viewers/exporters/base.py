@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TextIO
 
-from dlpt.metrics import default_metric
-from dlpt.profile import Profile
+from dlpt.profile import Profile, default_metric
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import BYTE_METRICS, TIME_METRICS, default_metric, metric_column
-from dlpt.profile import Profile
+from dlpt.metrics import BYTE_METRICS, TIME_METRICS, metric_column
+from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.version import __version__
 from dlpt.viewers.exporters.base import ExportOptions

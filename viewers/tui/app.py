@@ -19,16 +19,16 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
-from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, default_metric
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
 from dlpt.output import write_output
-from dlpt.profile import Profile
+from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.model import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows, filter_keys
-from dlpt.viewers.tui.panedata import Variant, device_names, kind_totals, program_name
+from dlpt.viewers.tui.panedata import LibraryViews, device_names, kind_totals, program_name
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
+from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows, filter_keys
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat
 
@@ -90,7 +90,7 @@ class DlptApp(App[int]):
         self.view = "top-down"
         self.by = "line"
         self.search_text = ""
-        self.variants: dict[bool, Variant] = {}
+        self.variants: dict[bool, LibraryViews] = {}
         self.outlines: dict[tuple, Outline] = {}
         self._applied_query: dict[tuple, str] = {}
         self.detail: Detail | None = None
@@ -152,7 +152,7 @@ class DlptApp(App[int]):
         self._set_busy("")
         self.notify(safe_text(msg), title="dlpt", severity="error", timeout=8)
 
-    def _variant_job(self, include_library: bool) -> Variant:
+    def _variant_job(self, include_library: bool) -> LibraryViews:
         assert self.base is not None
         prof = hide_library_unless(self.base, include_library)
         src = TreeRows(prof, "top-down")
@@ -160,9 +160,9 @@ class DlptApp(App[int]):
         prof.cct.children(0)
         _ = prof.cct.end
         src.prefix(COL[self.metric])
-        return Variant(prof, src)
+        return LibraryViews(prof, src)
 
-    def _load(self) -> Variant:
+    def _load(self) -> LibraryViews:
         if self.base is None:
             from dlpt.loader import open_profiles
 
@@ -183,7 +183,7 @@ class DlptApp(App[int]):
             self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
 
-    def _loaded(self, v: Variant) -> None:
+    def _loaded(self, v: LibraryViews) -> None:
         self.variants[self.include_library] = v
         self._set_busy("")
         self._show()
@@ -191,13 +191,13 @@ class DlptApp(App[int]):
     # -- the current view -------------------------------------------------------------------
 
     @property
-    def variant(self) -> Variant | None:
+    def variant(self) -> LibraryViews | None:
         return self.variants.get(self.include_library)
 
     def _outline_key(self) -> tuple:
         return (self.include_library, self.view, self.by if self.view == "flat" else "")
 
-    def _source(self, v: Variant) -> Rows | None:
+    def _source(self, v: LibraryViews) -> Rows | None:
         if self.view == "top-down":
             return v.top_down
         if self.view == "bottom-up":
@@ -251,12 +251,12 @@ class DlptApp(App[int]):
         self.table.show(o, self.metric, keep_key)
         self._render_header()
 
-    def _variant_ready(self, v: Variant) -> None:
+    def _variant_ready(self, v: LibraryViews) -> None:
         self.variants[self.include_library] = v
         self._set_busy("")
         self._show()
 
-    def _source_ready(self, v: Variant, view: str, by: str, src: Rows) -> None:
+    def _source_ready(self, v: LibraryViews, view: str, by: str, src: Rows) -> None:
         if view == "bottom-up":
             v.bottom_up = src  # type: ignore[assignment]
         else:

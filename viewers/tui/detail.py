@@ -15,8 +15,8 @@ from dlpt.frames import FUSED_PREFIX, Frame, is_library, short_path
 from dlpt.metrics import COL, KIND_BREAKDOWN
 from dlpt.profile import Profile
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
-from dlpt.viewers.tui.model import FlatRows, Rows, TreeRows
-from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, Variant, line_totals
+from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, LibraryViews, line_totals
+from dlpt.viewers.tui.rows import FlatRows, Rows, TreeRows
 
 BEFORE, AFTER = 2, 3  # source lines shown around the selected one: the pane is short at 80x24
 HOT = 0.05  # lines holding this share of the metric or more are highlighted
@@ -40,7 +40,7 @@ class Detail:
     note: str = ""
 
 
-def build_detail(v: Variant, src: Rows, key: int, view: str, metric: str) -> Detail:
+def build_detail(v: LibraryViews, src: Rows, key: int, view: str, metric: str) -> Detail:
     """What the pane shows for row `key` of `src` (a view of the variant `v`)."""
     col = COL[metric]
     k1 = np.array([key])

@@ -1,5 +1,5 @@
 """What the header and the detail pane show beside the table: one preparation of the profile
-and its views (`Variant`), the GPU activities beneath a row, per-line totals of a file, and the
+and its views (`LibraryViews`), the GPU activities beneath a row, per-line totals of a file, and the
 profile's name, devices and totals. Pure data over the model, like `model.py`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL, METRICS
 from dlpt.profile import Activities, Profile
 from dlpt.viewers.format import safe_text
-from dlpt.viewers.tui.model import FlatRows, TreeRows
+from dlpt.viewers.tui.rows import FlatRows, TreeRows
 from dlpt.views import FlatView
 
 
@@ -24,7 +24,7 @@ def activity_counts(acts: Activities) -> np.ndarray:
 
 
 @dataclass
-class Variant:
+class LibraryViews:
     """One preparation of the profile (library frames hidden or shown) and its views, built
     on first use and kept, so switching back is instant."""
 

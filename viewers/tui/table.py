@@ -20,7 +20,7 @@ from textual.strip import Strip
 
 from dlpt.metrics import COL
 from dlpt.viewers.format import bar, fmt_metric
-from dlpt.viewers.tui.model import KIND_COLUMNS, Outline, fit_label
+from dlpt.viewers.tui.rows import KIND_COLUMNS, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
 CODE_MARK = "  ▸ "

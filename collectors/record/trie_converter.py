@@ -16,16 +16,22 @@ from typing import Any
 import numpy as np
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.kineto import finish
-from dlpt.collectors.kineto.link import BACKWARD_FRAME, LinkResult, unattributed_frame
-from dlpt.frames import Frame, FrameTable, source_frame
+from dlpt.collectors.assembly import ActivityColumns, build_profile
+from dlpt.collectors.record.native import (
+    N_BACKWARD,
+    N_OP,
+    N_PY,
+    N_ROOT,
+    N_THREAD,
+    N_TID,
+    N_UNATTR,
+    Leaf,
+    Snapshot,
+)
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, source_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.profile import Profile
 from dlpt.sources import read_source
-
-# Node kinds, as collector.cpp numbers them.
-N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
-LEAF_COLUMNS = 10  # node, kind, name, count, total, min, max, bytes, device, stream
 
 
 def leaf_frame(kind: int, name: str) -> Frame:
@@ -96,16 +102,15 @@ class TrieConverter:
 
     # ----- snapshots -----
 
-    def update(self, snap: tuple[Any, ...], host: dict[str, Any] | None = None) -> tuple[LinkResult, dict[str, Any]]:
-        """Take in one snapshot (collector.snapshot's tuple, and host_snapshot's dict taken just
-        before it, so every node it names exists); the activity and metric columns."""
-        parent, kind, a, b, cpu, leaves = (np.frombuffer(x, dtype=np.int64) for x in snap[:6])
-        codes, names = snap[6], snap[7]
-        self.code_info.extend(self._code(c) for c in codes)
-        self.names.extend(names)
+    def update(self, snap: Snapshot, host: dict[str, Any] | None = None) -> tuple[ActivityColumns, dict[str, Any]]:
+        """Take in one snapshot (and host_snapshot's dict taken just before it, so every node it
+        names exists); the activity and metric columns."""
+        cpu = snap.cpu
+        self.code_info.extend(self._code(c) for c in snap.codes)
+        self.names.extend(snap.names)
         node_map = self.node_map
         builder = self.builder
-        pl, kl, al, bl = parent.tolist(), kind.tolist(), a.tolist(), b.tolist()
+        pl, kl, al, bl = snap.parent.tolist(), snap.kind.tolist(), snap.a.tolist(), snap.b.tolist()
         for i in range(len(node_map), len(pl)):
             if kl[i] == N_ROOT:
                 node_map.append(0)
@@ -113,32 +118,33 @@ class TrieConverter:
             p = node_map[pl[i]]
             f = self._frame(kl[i], al[i], bl[i])
             node_map.append(p if f is None else builder.child(p, f))
-        out = LinkResult()
+        out = ActivityColumns()
         nz = np.flatnonzero(cpu)
         nmap = np.asarray(node_map, dtype=np.int64)
         out.cpu_node = nmap[nz].tolist()
         out.cpu_self = cpu[nz].tolist()
-        rows = leaves.reshape(-1, LEAF_COLUMNS)
-        for r in rows[len(self.leaf_nodes):].tolist():
-            fid = self.frames.intern(leaf_frame(r[1], self.names[r[2]]))
+        rows = snap.leaves
+        for r in map(Leaf._make, rows[len(self.leaf_nodes):].tolist()):
+            fid = self.frames.intern(leaf_frame(r.kind, self.names[r.name]))
             self.leaf_frames.append(fid)
-            self.leaf_nodes.append(builder.child(node_map[r[0]], fid))
+            self.leaf_nodes.append(builder.child(node_map[r.node], fid))
         if len(rows):
+            col = Leaf._fields.index
             out.node = self.leaf_nodes[:len(rows)]
             out.name = self.leaf_frames[:len(rows)]
-            out.kind = rows[:, 1].tolist()
-            out.count = rows[:, 3].tolist()
-            out.duration = rows[:, 4].tolist()
-            out.nbytes = rows[:, 7].tolist()
-            out.device = rows[:, 8].tolist()
-            out.stream = rows[:, 9].tolist()
+            out.kind = rows[:, col("kind")].tolist()
+            out.count = rows[:, col("activities")].tolist()
+            out.duration = rows[:, col("total")].tolist()
+            out.nbytes = rows[:, col("bytes")].tolist()
+            out.device = rows[:, col("device")].tolist()
+            out.stream = rows[:, col("stream")].tolist()
             out.start = [0] * len(rows)
         info: dict[str, Any] = {"activity_rows": len(rows)}
         if host is not None:
             info.update(self._host(host, nmap, out))
         return out, info
 
-    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: LinkResult) -> dict[str, Any]:
+    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: ActivityColumns) -> dict[str, Any]:
         """host_time and sync_time onto their nodes, and what idle blame needs (host.h)."""
         col = {k: np.frombuffer(v, dtype=np.int64) for k, v in host.items() if isinstance(v, bytes)}
         out.extra["host_time"] = (nmap[col["host_node"]], col["host_ns"])
@@ -166,7 +172,7 @@ class TrieConverter:
                         "end": (col["coll_end"][idx] + realtime_offset).tolist()})
         return out
 
-    def profile(self, snap: tuple[Any, ...], meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
+    def profile(self, snap: Snapshot, meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
         out, info = self.update(snap, host)
         if info.get("collectives"):
             meta["collectives"] = info["collectives"]
@@ -175,7 +181,7 @@ class TrieConverter:
             meta["window"] = {"start": int(host["window_start"]), "end": int(end)}
             meta["host_sampler"] = {"period_ns": int(host["sample_period_ns"]), "samples": int(host["samples"]),
                                     "late": int(host["sample_waits"])}
-        prof = finish(self.builder, self.frames, out, meta)
+        prof = build_profile(self.builder, self.frames, out, meta)
         prof.sources.update(self.sources(prof))
         return prof
 
