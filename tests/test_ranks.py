@@ -19,7 +19,7 @@ from dlpt.frames import Frame, FrameTable
 from dlpt.hotspots import hotspots
 from dlpt.loader import open_profile, open_profiles
 from dlpt.merge import merge_profiles
-from dlpt.metrics import COL, KERNEL, METRICS, is_collective
+from dlpt.metrics import COL, KERNEL, METRICS, METRICS_V1, is_collective
 from dlpt.ranks import default_output, rank_info, rank_nodes, rank_output, select_rank, straggler
 from dlpt.store import load, save
 
@@ -158,11 +158,11 @@ def test_profiles_from_before_comm_time_open_with_it_from_their_kernels(tmp_path
     prof = gpu_profile({10: [("gemm", 500), (AR, 900)]}, rank=0)
     p = tmp_path / "old.dlpt"
     save(prof, str(p))
-    # Make it what dlpt wrote before comm_time: 14 metric columns and no names for them
+    # Make it what dlpt wrote before comm_time: its 14 metric columns and no names for them
     # (version 2); version 1 had no activity counts either.
     con = sqlite3.connect(p)
     exc = load(str(p)).cct.exclusive
-    old = np.ascontiguousarray(np.delete(exc, COL["comm_time"], axis=1))
+    old = np.ascontiguousarray(exc[:, [COL[m] for m in METRICS_V1]])
     con.execute("UPDATE arrays SET dtype=?, data=? WHERE name='exclusive'",
                 (f"{old.dtype.str}:{old.shape[0]},{old.shape[1]}", old.tobytes()))
     con.execute("DELETE FROM meta WHERE key='metrics'")
