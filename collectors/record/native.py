@@ -81,6 +81,45 @@ class Snapshot(NamedTuple):
         return snap._replace(leaves=snap.leaves.reshape(-1, LEAF_COLUMNS))
 
 
+class HostSnapshot(NamedTuple):
+    """`host_snapshot()`'s dict with names (collectors/native/host.h): host time and sync time per
+    trie node, the sampler's run-length host intervals (steady clock), the GPU's merged busy
+    intervals per device (CUPTI's clock), the recording window, the clocks' offsets, the threads
+    that launched GPU work, collective calls, and the sampler's own figures."""
+
+    host_node: np.ndarray
+    host_ns: np.ndarray
+    sync_node: np.ndarray
+    sync_ns: np.ndarray
+    iv_start: np.ndarray
+    iv_end: np.ndarray
+    iv_node: np.ndarray
+    iv_tid: np.ndarray
+    iv_sync: np.ndarray
+    busy_device: np.ndarray
+    busy_start: np.ndarray
+    busy_end: np.ndarray
+    launch_tids: np.ndarray
+    coll_node: np.ndarray
+    coll_start: np.ndarray
+    coll_end: np.ndarray
+    coll_dropped: int
+    window_start: int
+    window_end: int  # 0 while recording
+    now: int
+    cupti_offset: int  # CUPTI's clock minus the steady clock
+    realtime_offset: int  # the wall clock minus the steady clock
+    samples: int
+    sample_waits: int  # wakes that found the GIL held past two periods
+    sample_period_ns: int
+
+    @classmethod
+    def decode(cls, raw: dict[str, Any]) -> HostSnapshot:
+        """The one place the dict is read: int64 columns from bytes, numbers as ints."""
+        return cls(**{f: np.frombuffer(raw[f], dtype=np.int64) if isinstance(raw[f], bytes) else int(raw[f])
+                      for f in cls._fields})
+
+
 class Collector(Protocol):
     """The extension module's functions (collector.cpp's PYBIND11_MODULE)."""
 

@@ -243,7 +243,7 @@ class Recorder:
     def _build(self, partial: bool) -> Profile:
         if self.on:
             self.mod.flush(not partial)
-        host = self.mod.host_snapshot()  # first: every node it names is then in the trie's snapshot
+        host = native.HostSnapshot.decode(self.mod.host_snapshot())  # first: every node it names is then in the trie's snapshot
         snap = native.Snapshot.decode(self.mod.snapshot(len(self.converter.code_info), len(self.converter.names)))
         dump = os.environ.get("DLPT_HOST_DUMP")
         if dump and not partial:
@@ -251,8 +251,7 @@ class Recorder:
             # recorded, to rerun dlpt/idle.py on them anywhere.
             import numpy as np
 
-            np.savez(dump, **{k: np.frombuffer(v, dtype=np.int64) if isinstance(v, bytes) else np.asarray(v)
-                              for k, v in host.items()})
+            np.savez(dump, **{k: np.asarray(v) for k, v in host._asdict().items()})
         meta = self._meta(partial)
         return self.converter.profile(snap, meta, host)
 

@@ -25,6 +25,7 @@ from dlpt.collectors.record.native import (
     N_THREAD,
     N_TID,
     N_UNATTR,
+    HostSnapshot,
     Leaf,
     Snapshot,
 )
@@ -102,7 +103,7 @@ class TrieConverter:
 
     # ----- snapshots -----
 
-    def update(self, snap: Snapshot, host: dict[str, Any] | None = None) -> tuple[ActivityColumns, dict[str, Any]]:
+    def update(self, snap: Snapshot, host: HostSnapshot | None = None) -> tuple[ActivityColumns, dict[str, Any]]:
         """Take in one snapshot (and host_snapshot's dict taken just before it, so every node it
         names exists); the activity and metric columns."""
         cpu = snap.cpu
@@ -144,20 +145,19 @@ class TrieConverter:
             info.update(self._host(host, nmap, out))
         return out, info
 
-    def _host(self, host: dict[str, Any], nmap: np.ndarray, out: ActivityColumns) -> dict[str, Any]:
+    def _host(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns) -> dict[str, Any]:
         """host_time and sync_time onto their nodes, and what idle blame needs (host.h)."""
-        col = {k: np.frombuffer(v, dtype=np.int64) for k, v in host.items() if isinstance(v, bytes)}
-        out.extra["host_time"] = (nmap[col["host_node"]], col["host_ns"])
-        out.extra["sync_time"] = (nmap[col["sync_node"]], col["sync_ns"])
-        return {"host": col, "nmap": nmap, "collectives": self._collectives(col, nmap, int(host["realtime_offset"]))}
+        out.extra["host_time"] = (nmap[host.host_node], host.host_ns)
+        out.extra["sync_time"] = (nmap[host.sync_node], host.sync_ns)
+        return {"nmap": nmap, "collectives": self._collectives(host, nmap)}
 
-    def _collectives(self, col: dict[str, np.ndarray], nmap: np.ndarray, realtime_offset: int) -> list[dict[str, Any]]:
+    def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
         """Each collective op's calls, by the op's path of frames (dlpt/commwait.py matches the
         ranks' calls through it: node ids differ between ranks, paths do not), in the wall clock."""
-        if "coll_node" not in col or not len(col["coll_node"]):
+        if not len(host.coll_node):
             return []
         by_node: dict[int, list[int]] = {}
-        for i, n in enumerate(nmap[col["coll_node"]].tolist()):
+        for i, n in enumerate(nmap[host.coll_node].tolist()):
             by_node.setdefault(n, []).append(i)
         out = []
         parents, frames = self.builder.parent, self.builder.frame
@@ -168,19 +168,19 @@ class TrieConverter:
                 f = self.frames.frames[frames[m]]
                 path.append([f.kind, f.name, f.file, f.line, f.function])
                 m = parents[m]
-            out.append({"path": path[::-1], "start": (col["coll_start"][idx] + realtime_offset).tolist(),
-                        "end": (col["coll_end"][idx] + realtime_offset).tolist()})
+            out.append({"path": path[::-1], "start": (host.coll_start[idx] + host.realtime_offset).tolist(),
+                        "end": (host.coll_end[idx] + host.realtime_offset).tolist()})
         return out
 
-    def profile(self, snap: Snapshot, meta: dict[str, Any], host: dict[str, Any] | None = None) -> Profile:
+    def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None) -> Profile:
         out, info = self.update(snap, host)
         if info.get("collectives"):
             meta["collectives"] = info["collectives"]
         if host is not None:
-            end = host["window_end"] or host["now"]  # still recording (a snapshot): up to now
-            meta["window"] = {"start": int(host["window_start"]), "end": int(end)}
-            meta["host_sampler"] = {"period_ns": int(host["sample_period_ns"]), "samples": int(host["samples"]),
-                                    "late": int(host["sample_waits"])}
+            end = host.window_end or host.now  # still recording (a snapshot): up to now
+            meta["window"] = {"start": host.window_start, "end": end}
+            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples,
+                                    "late": host.sample_waits}
         prof = build_profile(self.builder, self.frames, out, meta)
         prof.sources.update(self.sources(prof))
         return prof
