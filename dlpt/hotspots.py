@@ -62,7 +62,9 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
     for i in np.flatnonzero(np.array([f.kind == "unattributed" for f in profile.frames])[cct.frame]).tolist():
         name = profile.frame_of(i).name
         reason = name[len("<unattributed: "):-1] if name.startswith("<unattributed: ") else name
-        unatt[reason] = unatt.get(reason, 0) + val(int(cct.inclusive[i, col]))
+        v = int(cct.inclusive[i, col])
+        if v:  # a row that holds another metric (GPU idle's start-up row under gpu_time) says nothing here
+            unatt[reason] = unatt.get(reason, 0) + val(v)
     out: dict[str, Any] = {
         "gpu_time": t(tot[COL["gpu_time"]]), "kernel_time": t(tot[COL["kernel_time"]]),
         "comm_time": t(tot[COL["comm_time"]]),
