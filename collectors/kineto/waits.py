@@ -104,10 +104,14 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
     `meta`. `raw_end` is each span's end before nesting clipped it: a synchronize counts whole."""
     kind, start = spans.kind, spans.start
-    nodes_of = np.vectorize(node_of, otypes=[I64]) if len(kind) else None
+    node_memo = np.full(len(kind), -1, dtype=I64)
 
     def node_ids(idx: np.ndarray) -> np.ndarray:
-        return nodes_of(idx) if len(idx) and nodes_of is not None else np.zeros(0, dtype=I64)
+        """The nodes of spans idx, each asked of the linker once (it makes them on demand)."""
+        todo = np.unique(idx[node_memo[idx] < 0])
+        if len(todo):
+            node_memo[todo] = [node_of(i) for i in todo.tolist()]
+        return node_memo[idx]
 
     launch = np.flatnonzero(kind == LAUNCH)
     sync = np.zeros(len(kind), dtype=bool)
@@ -134,8 +138,7 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     launching = np.isin(spans.thread, np.unique(spans.thread[launch]))
     chosen = launching & ((kind != LAUNCH) | sync)
     hs, he, owner = self_intervals(spans, chosen)
-    uniq, inv = np.unique(owner, return_inverse=True)
-    h_node = node_ids(uniq)[inv] if len(uniq) else np.zeros(0, dtype=I64)
+    h_node = node_ids(owner)
     res = blame(len(builder), windows, busy, hs, he, h_node, spans.thread[owner], sync[owner])
     res.skipped.update(skipped)
     out.extra["gpu_idle_time"] = idle_column(res, builder, frames, base)
