@@ -14,6 +14,7 @@ from dlpt.profile import Profile, default_metric
 from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import hide_library_unless, propagate_down
 from dlpt.views import flat
+from dlpt.waits import waits
 
 SCHEMA = "dlpt.hotspots/1"
 
@@ -71,6 +72,10 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
         "backward_time": val(int(cct.exclusive[in_bwd, col].sum())),
         "unattributed": unatt,
     }
+    # Why the GPU waits (dlpt.waits): the window, GPU busy and idle with idle's split, sync and
+    # host time; null where the profile does not know (older profiles; no GPU).
+    for k, v in waits(profile).to_json().items():
+        out[k] = {p: t(x) for p, x in v.items()} if isinstance(v, dict) else (None if v is None else t(v))
     out.update(_rank_summary(profile, metric, t, val))
     return out
 

@@ -150,7 +150,7 @@ def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray)
 def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
     m = p.meta
     out: dict[str, Any] = {"rank": rank, "path": p.path}
-    for k in ("world_size", "local_rank", "host", "command", "source"):
+    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory"):
         if m.get(k) is not None:
             out[k] = m[k]
     return out

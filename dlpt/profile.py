@@ -105,12 +105,17 @@ class Profile:
 
 def default_metric(*profiles: Profile) -> str:
     """The metric every view ranks by when the user names none: `gpu_time` when any of the
-    profiles has GPU activity; else `cpu_time` (host ops' self time) when any has host op time,
-    as a recording on a machine without a GPU has; else `gpu_time`. Reports, exports, the TUI,
-    diffs and GraphFrames all start from this one rule, so they agree on what a profile shows."""
-    gpu = cpu = 0
+    profiles has GPU activity; else `host_time` (wall-clock time on each line: pure Python, sleeps
+    and ops alike, what a CPU profiler shows) when the recording sampled it; else `cpu_time`
+    (host ops' self time) when any has host op time, as older CPU recordings and traces have;
+    else `gpu_time`. Reports, exports, the TUI, diffs and GraphFrames all start from this one
+    rule, so they agree on what a profile shows."""
+    gpu = cpu = host = 0
     for p in profiles:
         exc = p.cct.exclusive
         gpu += int(exc[:, COL["gpu_time"]].sum())
         cpu += int(exc[:, COL["cpu_time"]].sum())
-    return "cpu_time" if gpu == 0 and cpu > 0 else "gpu_time"
+        host += int(exc[:, COL["host_time"]].sum())
+    if gpu:
+        return "gpu_time"
+    return "host_time" if host else "cpu_time" if cpu else "gpu_time"

@@ -115,7 +115,7 @@ def test_compile_time_apart_in_headline_flat_and_hotspots(recorded):
     assert (inc == prof.cct.inclusive[0]).all()
 
     def report(*extra):
-        r = subprocess.run([sys.executable, "-m", "dlpt", "report", path, "--view", "flat", "--top", "10", *extra],
+        r = subprocess.run([sys.executable, "-m", "dlpt", "report", path, "--view", "flat", "--top", "10", "--metric", "cpu_time", *extra],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         return r.stdout

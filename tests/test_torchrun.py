@@ -123,7 +123,7 @@ def test_the_rank_with_the_bigger_batch_is_the_straggler_on_its_forward_line(rec
     assert v["line"]["line"] == FORWARD_LINE and v["line"]["file"].endswith("ddp.py"), v
     fwd = next(h for h in doc["hotspots"] if h["line"] == FORWARD_LINE)
     assert fwd["per_rank"]["1"] > fwd["per_rank"]["0"]
-    text = dlpt("report", recorded, "--view", "flat").stdout
+    text = dlpt("report", recorded, "--view", "flat", "--metric", "cpu_time").stdout
     assert "straggler: rank 1" in text and f"ddp.py:{FORWARD_LINE}" in text.split("straggler:")[1].splitlines()[0]
 
 

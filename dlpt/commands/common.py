@@ -12,8 +12,9 @@ from dlpt.profile import Profile, default_metric
 def add_metric(p: argparse.ArgumentParser) -> None:
     # No short form: `-m` is `python -m MODULE` in `dlpt record`, and must not mean two things.
     p.add_argument("--metric", default=None, choices=METRICS, metavar="M",
-                   help="what to rank and show: " + ", ".join(METRICS) + " (default: gpu_time, or "
-                   "cpu_time for a profile without GPU activity: the host ops' self time)")
+                   help="what to rank and show: " + ", ".join(METRICS) + " (default: gpu_time, or for a "
+                   "profile without GPU activity host_time, the host's wall-clock time on each line, "
+                   "where recorded, else cpu_time, the host ops' self time)")
 
 
 def choose_metric(metric: str | None, *profiles: Profile) -> str:
@@ -24,6 +25,8 @@ def choose_metric(metric: str | None, *profiles: Profile) -> str:
     chosen = default_metric(*profiles)
     if chosen == "cpu_time":
         notice("no GPU activity in this profile; showing host op time (--metric cpu_time)")
+    elif chosen == "host_time":
+        notice("no GPU activity in this profile; showing the host's time on each line (--metric host_time)")
     return chosen
 
 

@@ -23,7 +23,8 @@ from dlpt.views import FlatView, bottom_up, flat
 
 # The metrics `s` cycles through, in order.
 METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time",
-                "cpu_time", "kernel_count", "copy_count")
+                "gpu_idle_time", "sync_time", "host_time", "cpu_time", "peak_bytes", "alloc_bytes",
+                "kernel_count", "copy_count")
 
 # Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
 # out so that narrow terminals keep room for names.
