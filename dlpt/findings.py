@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dlpt.frames import is_library
-from dlpt.idle import WaitSummary, wait_summary
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.profile import Profile
 from dlpt.transforms import nearest_marked, propagate_down
+from dlpt.waits import Waits, waits
 
 # Thresholds, named so that the report and the tests speak of the same numbers.
 SHORT_KERNEL_NS = 10_000  # "tiny" kernels: launching one costs about as much as running it
@@ -105,8 +105,8 @@ def _col(profile: Profile, metric: str) -> np.ndarray:
     return profile.cct.exclusive[:, COL[metric]]
 
 
-def launch_bound(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None:
-    busy = w.busy_fraction
+def launch_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+    busy = w.busy_share
     if busy is None or busy >= LAUNCH_BUSY_BELOW or not w.idle:
         return None
     host_share = w.idle_parts.get("host", 0) / w.idle
@@ -133,7 +133,7 @@ def launch_bound(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | N
         "fewer, larger kernels run without a launch each")
 
 
-def sync_in_loop(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None:
+def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     wall = w.wall or w.device_time
     if not wall or w.sync_time < SYNC_WALL_SHARE * wall:
         return None
@@ -151,7 +151,7 @@ def sync_in_loop(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | N
         "and read them every N steps, outside the loop")
 
 
-def pageable_copies(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None:
+def pageable_copies(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     wall = w.wall or w.device_time
     a = profile.activities
     if not wall or not len(a):
@@ -172,7 +172,7 @@ def pageable_copies(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding 
         "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)")
 
 
-def dataloader_wait(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None:
+def dataloader_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     if not w.idle or not w.device_time:
         return None
     cct, frames = profile.cct, profile.frames
@@ -197,8 +197,8 @@ def dataloader_wait(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding 
         "and move per-sample Python work into the dataset")
 
 
-def gpu_bound(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None:
-    busy = w.busy_fraction
+def gpu_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+    busy = w.busy_share
     if busy is None or busy <= GPU_BUSY_ABOVE:
         return None
     return Finding(
@@ -209,7 +209,7 @@ def gpu_bound(profile: Profile, w: WaitSummary, lines: _Lines) -> Finding | None
         "or compiled kernels (torch.compile) and fewer, larger ops make them faster")
 
 
-RULES: tuple[tuple[str, Callable[[Profile, WaitSummary, _Lines], Finding | None]], ...] = (
+RULES: tuple[tuple[str, Callable[[Profile, Waits, _Lines], Finding | None]], ...] = (
     ("launch-bound", launch_bound),
     ("sync-in-loop", sync_in_loop),
     ("pageable-copies", pageable_copies),
@@ -220,7 +220,7 @@ RULES: tuple[tuple[str, Callable[[Profile, WaitSummary, _Lines], Finding | None]
 
 def findings(profile: Profile) -> list[Finding]:
     """The rules whose figure crosses its threshold, in the order of `RULES`."""
-    w = wait_summary(profile)
+    w = waits(profile)
     lines = _Lines(profile)
     out = []
     for _, rule in RULES:

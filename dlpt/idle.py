@@ -29,8 +29,8 @@ preorder renumbering):
   tree's sum equals the total idle.
 - `timeline(windows, busy, start, end)`: `meta["timeline"]`, the busy fraction in at most 500
   equal bins of the window.
-- `wait_summary(profile) -> WaitSummary`: the one reading of these meta fields for every viewer;
-  None-valued figures for profiles that predate them.
+
+`dlpt.waits.waits(profile)` is the one reading of these meta fields for every viewer.
 
 The meta contract: `meta["window"] = {"start", "end"}` (wall = end − start);
 `meta["gpu_idle"] = {"busy", "idle", "host", "sync", "start-up", "unattributed", "devices":
@@ -47,8 +47,6 @@ import numpy as np
 
 from dlpt.cct import TreeBuilder
 from dlpt.frames import FrameTable, unattributed_frame
-from dlpt.metrics import COL
-from dlpt.profile import Profile
 
 I64 = np.int64
 # The named rows (kind `unattributed`, `<unattributed: ...>`) holding the idle no line is blamed for.
@@ -56,7 +54,6 @@ IDLE_STARTUP = "GPU idle before the first kernel (start-up)"
 IDLE_UNATTRIBUTED = "GPU idle with no host line running"
 STARTUP_FRAME = unattributed_frame(IDLE_STARTUP)
 UNATTRIBUTED_FRAME = unattributed_frame(IDLE_UNATTRIBUTED)
-IDLE_PARTS = ("host", "sync", "start-up", "unattributed")
 TIMELINE_BINS = 500
 
 # Reasons in `skipped`, so that viewers and tests name them the same way.
@@ -327,70 +324,3 @@ def timeline(windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarr
         busy_at += _cum_length(us, ue, edges)  # the same cumulative length, of busy runs
     frac = np.diff(busy_at) / (np.diff(edges).clip(1) * len(windows))
     return {"t": (edges[:-1] - start).tolist(), "gpu_busy": np.round(frac, 4).tolist()}
-
-
-@dataclass
-class WaitSummary:
-    """Why the GPU waits, in ns. `wall` is the window (the longest of the ranks'); `device_time`
-    the sum of the devices' windows, which `busy` and `idle` add up to; `idle_parts` splits idle
-    into host, sync, start-up and unattributed. The GPU figures are None where the profile does
-    not have them (older profiles, runs without GPU activity); sync and host time are the tree's
-    totals of their metrics."""
-
-    wall: int | None = None
-    device_time: int | None = None
-    busy: int | None = None
-    idle: int | None = None
-    idle_parts: dict[str, int] = field(default_factory=dict)
-    sync_time: int = 0
-    host_time: int = 0
-    devices: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def busy_fraction(self) -> float | None:
-        return self.busy / self.device_time if self.busy is not None and self.device_time else None
-
-    @property
-    def idle_fraction(self) -> float | None:
-        return self.idle / self.device_time if self.idle is not None and self.device_time else None
-
-    def to_json(self) -> dict[str, Any]:
-        """The hotspots/report `summary` fields, in ns (the caller converts units)."""
-        out: dict[str, Any] = {"wall_time": self.wall, "gpu_busy_time": self.busy, "gpu_idle_time": self.idle,
-                               "sync_time": self.sync_time, "host_time": self.host_time}
-        if self.idle is not None:
-            out["idle"] = {k: self.idle_parts.get(k, 0) for k in IDLE_PARTS}
-        return out
-
-
-def _wall(meta: dict[str, Any]) -> int | None:
-    win = meta.get("window")
-    try:
-        return int(win["end"]) - int(win["start"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
-def wait_summary(profile: Profile) -> WaitSummary:
-    """The profile's wait figures; a merged profile's are its ranks' summed (wall: the longest)."""
-    tot = profile.cct.exclusive.sum(axis=0)
-    out = WaitSummary(sync_time=int(tot[COL["sync_time"]]), host_time=int(tot[COL["host_time"]]))
-    metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
-    for m in metas:
-        wall = _wall(m)
-        if wall is not None:
-            out.wall = max(out.wall or 0, wall)
-        gi = m.get("gpu_idle")
-        if not isinstance(gi, dict):
-            continue
-        devs = gi.get("devices") if isinstance(gi.get("devices"), dict) else {}
-        out.devices += len(devs)
-        out.device_time = (out.device_time or 0) + sum(int(d.get("window", 0)) for d in devs.values())
-        out.busy = (out.busy or 0) + int(gi.get("busy", 0))
-        out.idle = (out.idle or 0) + int(gi.get("idle", 0))
-        for k in IDLE_PARTS:
-            out.idle_parts[k] = out.idle_parts.get(k, 0) + int(gi.get(k, 0))
-        for k, v in (gi.get("skipped") or {}).items():
-            out.skipped[k] = out.skipped.get(k, 0) + int(v)
-    return out

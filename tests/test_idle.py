@@ -11,8 +11,9 @@ from dlpt import idle
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.frames import Frame, FrameTable
-from dlpt.idle import blame, busy_union, largest_remainder, split_by_device, timeline, wait_summary
+from dlpt.idle import blame, busy_union, largest_remainder, split_by_device, timeline
 from dlpt.metrics import COL
+from dlpt.waits import waits
 
 
 def _a(x):
@@ -165,15 +166,15 @@ def test_idle_rows_conserve_idle_in_the_tree_and_the_summary_reads_them():
     names = {f.name for f in prof.frames}
     assert f"<unattributed: {idle.IDLE_STARTUP}>" in names and f"<unattributed: {idle.IDLE_UNATTRIBUTED}>" in names
     assert int(prof.cct.exclusive[:, COL["gpu_idle_time"]].sum()) == res.totals()["idle"] == 85
-    w = wait_summary(prof)
+    w = waits(prof)
     assert (w.wall, w.busy, w.idle, w.sync_time, w.device_time) == (100, 15, 85, 30, 100)
     assert w.idle_parts == {"host": 0, "sync": 30, "start-up": 20, "unattributed": 35}
-    assert w.busy_fraction == 0.15 and w.to_json()["idle"]["start-up"] == 20
+    assert w.busy_share == 0.15 and w.to_json()["idle"]["start-up"] == 20
 
 
 def test_summary_of_a_profile_without_the_figures():
     frames = FrameTable()
     b = TreeBuilder(frames.intern(Frame("root", "r")))
     prof = build_profile(b, frames, ActivityColumns(), {})
-    w = wait_summary(prof)
-    assert w.wall is None and w.busy is None and w.busy_fraction is None and w.to_json()["gpu_idle_time"] is None
+    w = waits(prof)
+    assert w.wall is None and w.busy is None and w.busy_share is None and w.to_json()["gpu_idle_time"] is None

@@ -14,6 +14,7 @@ from kineto_builder import TraceBuilder
 from dlpt import idle
 from dlpt.collectors.kineto import import_traces
 from dlpt.metrics import COL
+from dlpt.waits import waits
 
 GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
 SYNC = re.compile(r"^(cuda|cu|hip)\w*Synchronize$")
@@ -66,9 +67,9 @@ def test_real_traces_idle_and_sync_equal_the_json(trace_name):
     assert int(exc[COL["gpu_idle_time"]]) == gi["idle"] == gi["host"] + gi["sync"] + gi["start-up"] + gi["unattributed"]
     assert int(prof.cct.inclusive[0, COL["gpu_idle_time"]]) == gi["idle"]
     assert gi["skipped"] == {}
-    w = idle.wait_summary(prof)
+    w = waits(prof)
     assert w.wall == prof.meta["window"]["end"] - prof.meta["window"]["start"] >= max(t["window"] for t in devices.values())
-    assert 0 < w.busy_fraction < 1
+    assert 0 < w.busy_share < 1
     assert len(prof.meta["timeline"]["t"]) == len(prof.meta["timeline"]["gpu_busy"]) <= idle.TIMELINE_BINS
 
 
@@ -179,7 +180,7 @@ def test_trace_without_gpu_work_has_a_host_window_and_no_idle(tmp_path):
     prof = import_traces(str(tb.write(tmp_path / "cpu.pt.trace.json.gz")))
     assert prof.meta["window"]["end"] - prof.meta["window"]["start"] == 50_000
     assert "gpu_idle" not in prof.meta
-    w = idle.wait_summary(prof)
+    w = waits(prof)
     assert w.wall == 50_000 and w.busy is None and w.host_time == 50_000
     json.dumps(prof.meta)  # the meta stays JSON
 
