@@ -64,7 +64,7 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
     if isinstance(rank, int):
         meta["rank"] = rank
-    link_columns(trace, cols, builder, frames, 0, out)
+    link_columns(trace, cols, builder, frames, 0, out, meta)
     del cols
     if isinstance(trace.deviceProperties, list):
         devices = [d for d in trace.deviceProperties if isinstance(d, dict)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import ANNOT, LAUNCH, OP, PY, Trace, as_int
+from dlpt.collectors.kineto.waits import wait_metrics
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
 
@@ -56,7 +58,7 @@ def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
 
 
 def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: FrameTable, base: int,
-                 out: ActivityColumns) -> None:
+                 out: ActivityColumns, meta: dict[str, Any] | None = None) -> None:
     """Place every GPU activity of a trace, its events sorted into `cols`, into `builder` beneath
     node `base`; `trace` gives only its metadata.
 
@@ -64,7 +66,8 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     self time; link backward ops to the forward ops that created them; then place every GPU
     activity under the node of its launch (nodes are made on demand, walking up the nesting and
     the backward links), and every op's self time under the op's own node. The last two stages
-    make the tree, so their order (GPU activities first) fixes its numbering."""
+    make the tree, so their order (GPU activities first) fixes its numbering. Then, with `meta`
+    to fill, host, sync and idle time (waits.py), whose nodes come after."""
     out.skipped += cols.skipped
     kind, thread, start, end, seq = cols.arrays()
     order = np.lexsort((kind, -end, start, thread)) if len(kind) else np.zeros(0, dtype=np.int64)
@@ -78,6 +81,9 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
                           as_int(trace.baseTimeNanoseconds, 0), out)
     out.cpu_node.extend(map(nodes.node, spans.ops.tolist()))
     out.cpu_self.extend(cpu_self)
+    if meta is not None:
+        wait_metrics(spans, end, nodes.node, cols.gpu, builder, frames, base,
+                     as_int(trace.baseTimeNanoseconds, 0), out, meta)
 
 
 def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,

@@ -30,7 +30,7 @@ from dlpt.collectors.record.native import (
     Snapshot,
 )
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, source_frame, unattributed_frame
-from dlpt.idle_blame import IDLE_STARTUP, IDLE_UNATTRIBUTED, blame, busy_timeline, busy_union
+from dlpt.idle import blame, idle_column, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.profile import Profile
 from dlpt.sources import read_source
@@ -153,30 +153,22 @@ class TrieConverter:
         return {"nmap": nmap, "collectives": self._collectives(host, nmap)}
 
     def _idle(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns, meta: dict[str, Any]) -> None:
-        """GPU idle blamed on the host lines of the threads that launched GPU work (dlpt/idle_blame.py),
+        """GPU idle blamed on the host lines of the threads that launched GPU work (dlpt/idle.py),
         in CUPTI's clock; start-up and unattributed idle as named rows under the root. Done for
         the final profile only: it reads every interval of the run, and a snapshot need not."""
         off = host.cupti_offset
         w = (host.window_start + off, host.window_end + off)
-        devices = np.unique(host.busy_device).tolist()
-        busy = {d: (host.busy_start[host.busy_device == d], host.busy_end[host.busy_device == d]) for d in devices}
+        skipped: dict[str, int] = {}
+        busy = split_by_device(host.busy_device, host.busy_start, host.busy_end, skipped)
         mine = np.isin(host.iv_tid, host.launch_tids) if len(host.launch_tids) else np.ones(len(host.iv_tid), bool)
         n = len(self.builder)
-        res = blame(n, {d: w for d in devices}, busy, host.iv_start[mine] + off, host.iv_end[mine] + off,
+        windows = {d: w for d in busy}
+        res = blame(n, windows, busy, host.iv_start[mine] + off, host.iv_end[mine] + off,
                     nmap[host.iv_node[mine]], host.iv_tid[mine], host.iv_sync[mine])
-        per_node = res.per_node
-        tot = res.totals()
-        rows = [(IDLE_STARTUP, tot["start-up"]), (IDLE_UNATTRIBUTED, tot["unattributed"])]
-        extra_nodes = [self.builder.child(0, self.frames.intern(unattributed_frame(name))) for name, v in rows if v]
-        extra_vals = [v for _, v in rows if v]
-        nz = np.flatnonzero(per_node)
-        out.extra["gpu_idle_time"] = (np.r_[nz, np.asarray(extra_nodes, dtype=np.int64)],
-                                      np.r_[per_node[nz], np.asarray(extra_vals, dtype=np.int64)])
+        res.skipped.update(skipped)
+        out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
         meta["gpu_idle"] = res.meta()
-        d0 = devices[0]
-        us, ue = busy_union(*busy[d0])
-        meta["timeline"] = {"t": np.linspace(0, w[1] - w[0], 201)[:-1].astype(np.int64).tolist(),
-                            "gpu_busy": busy_timeline(us, ue, *w), "device": d0}
+        meta["timeline"] = timeline(windows, busy, *w)
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
         """Each collective op's calls, by the op's path of frames (dlpt/commwait.py matches the

@@ -1,0 +1,131 @@
+"""The diagnosis (dlpt/findings.py): each rule on a program that has the problem and on one that
+does not, as Kineto traces in torch.profiler's schema (tests/kineto_builder.py); the real traces;
+and a recorder-style profile, whose activity rows aggregate many kernels."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import trace_path
+from kineto_builder import TraceBuilder
+
+from dlpt import findings as fd
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.assembly import ActivityColumns, build_profile
+from dlpt.collectors.kineto import import_traces
+from dlpt.frames import Frame, FrameTable
+from dlpt.idle import blame, idle_column
+from dlpt.metrics import KERNEL
+
+LOADER = "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py"
+
+
+def _loop(tmp_path, steps=120, kernel_us=3.0, host_us=20.0, sync_us=0.0, copy=None, loader_us=0.0):
+    """A training loop on one thread: per step, optionally line 30 (`for x in loader`) waiting
+    in the DataLoader, line 20 copying a batch (`copy`: "Pageable" or "Pinned", 30 us), line 10
+    launching one kernel after `host_us` of Python, line 12 synchronizing for `sync_us`."""
+    tb = TraceBuilder()
+    t = 100.0
+    start = t
+    for _ in range(steps):
+        if loader_us:
+            tb.py(30, "main", t, loader_us + 1)
+            tb.py(700, "__next__", t + 0.5, loader_us, file=LOADER)
+            t += loader_us + 1
+        if copy:
+            tb.py(20, "main", t, 35)
+            tb.op("aten::copy_", t + 1, 33)
+            corr = tb.runtime("cudaMemcpyAsync", t + 2, 31)
+            tb.gpu("gpu_memcpy", f"Memcpy HtoD ({copy} -> Device)", t + 2.5, 30, corr, nbytes=1 << 20)
+            t += 35
+        tb.py(10, "main", t, host_us + 8)
+        tb.kernel(t + host_us, 5, t + host_us + 6, kernel_us)
+        t += host_us + 8 + max(kernel_us - 2, 0)
+        if sync_us:
+            tb.py(12, "main", t, sync_us + 4)
+            tb.op("aten::item", t + 1, sync_us + 2)
+            tb.runtime("cudaStreamSynchronize", t + 2, sync_us)
+            t += sync_us + 4
+    tb.py(5, "<module>", start - 1, t - start + 2)
+    return import_traces(str(tb.write(tmp_path / "loop.pt.trace.json.gz")))
+
+
+def _rules(prof):
+    return {f.rule: f for f in fd.findings(prof)}
+
+
+def test_launch_bound_with_and_without(tmp_path):
+    got = _rules(_loop(tmp_path))
+    f = got["launch-bound"]
+    assert f.lines == ["train.py:10"]
+    assert "120 of 120 kernels under 10.0 us" in f.figure and "torch.compile" in f.remedy
+    # The same loop with 80 us kernels the host keeps up with: busy, not launch-bound.
+    got = _rules(_loop(tmp_path, kernel_us=80.0, host_us=1.0))
+    assert "launch-bound" not in got and "gpu-bound" in got
+    # Few kernels: too few to call it launch-bound, however idle.
+    assert "launch-bound" not in _rules(_loop(tmp_path, steps=20))
+
+
+def test_sync_in_loop_with_and_without(tmp_path):
+    f = _rules(_loop(tmp_path, sync_us=15.0))["sync-in-loop"]
+    assert f.lines == ["train.py:12"] and ".item()" in f.remedy
+    assert "sync-in-loop" not in _rules(_loop(tmp_path))
+
+
+def test_pageable_copies_with_and_without(tmp_path):
+    f = _rules(_loop(tmp_path, copy="Pageable"))["pageable-copies"]
+    assert f.lines == ["train.py:20"] and "120 copies" in f.figure and "pin_memory" in f.remedy
+    assert "pageable-copies" not in _rules(_loop(tmp_path, copy="Pinned"))
+
+
+def test_dataloader_wait_with_and_without(tmp_path):
+    f = _rules(_loop(tmp_path, loader_us=200.0))["dataloader-wait"]
+    assert f.lines == ["train.py:30"] and "num_workers" in f.remedy
+    # The same time in the user's own Python (line 10): no data loader to blame.
+    assert "dataloader-wait" not in _rules(_loop(tmp_path, host_us=200.0))
+
+
+def test_gpu_bound_with_and_without(tmp_path):
+    f = _rules(_loop(tmp_path, kernel_us=80.0, host_us=1.0))["gpu-bound"]
+    assert f.lines == ["train.py:10"] and "GPU busy 9" in f.figure
+    assert "gpu-bound" not in _rules(_loop(tmp_path, kernel_us=80.0, host_us=40.0))
+
+
+@pytest.mark.parametrize("name,expected", [("gpt_train", {"launch-bound"}), ("copies", {"pageable-copies", "gpu-bound"}),
+                                           ("resnet_infer", {"pageable-copies"})])
+def test_real_traces(name, expected):
+    got = fd.findings(import_traces(str(trace_path(name))))
+    assert {f.rule for f in got} == expected
+    for f in got:
+        assert f.lines and all(":" in x for x in f.lines)
+    json.dumps([f.to_json() for f in got])
+    assert set(got[0].to_json()) == {"rule", "lines", "figure", "remedy"}
+
+
+def test_a_recorded_style_profile_with_aggregated_rows(tmp_path):
+    """A recording's activity rows each stand for many kernels: the count, not the rows, decides."""
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    line = b.child(0, frames.intern(Frame("python", "step (train.py:7)", "train.py", 7, "step")))
+    leaf = frames.intern(Frame("kernel", "void k<1>()"))
+    node = b.child(line, leaf)
+    cols = ActivityColumns(node=[node], kind=[KERNEL], name=[leaf], device=[0], stream=[7], start=[0],
+                           duration=[500 * 4000], nbytes=[0], count=[500])
+    w = (0, 20_000_000)
+    res = blame(len(b), {0: w}, {0: (np.array([0]), np.array([2_000_000]))}, np.array([0]), np.array([w[1]]),
+                np.array([line]), np.array([0]))
+    cols.extra["gpu_idle_time"] = idle_column(res, b, frames, 0)
+    prof = build_profile(b, frames, cols, {"window": {"start": 0, "end": w[1]}, "gpu_idle": res.meta()})
+    f = _rules(prof)["launch-bound"]
+    assert f.lines == ["train.py:7"] and "500 of 500 kernels" in f.figure
+    cols.count = [50]  # the same time in 50 kernels of 40 us
+    prof = build_profile(b, frames, cols, {"window": {"start": 0, "end": w[1]}, "gpu_idle": res.meta()})
+    assert "launch-bound" not in _rules(prof)
+
+
+def test_old_profile_has_no_findings_and_no_error(tmp_path):
+    prof = import_traces(str(trace_path("threaded")))
+    prof.meta = {}
+    assert [f.rule for f in fd.findings(prof)] == []

@@ -1,0 +1,180 @@
+"""Idle blame (dlpt/idle.py) against a nanosecond-by-nanosecond oracle, its invariants, bad input,
+the named rows, the timeline and the summary every viewer reads."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlpt import idle
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.assembly import ActivityColumns, build_profile
+from dlpt.frames import Frame, FrameTable
+from dlpt.idle import blame, busy_union, largest_remainder, split_by_device, timeline
+from dlpt.metrics import COL
+from dlpt.waits import waits
+
+
+def _a(x):
+    return np.asarray(x, dtype=np.int64)
+
+
+def _oracle(n_nodes, windows, busy, hosts):
+    """Walk every nanosecond of every device: busy if any of its intervals covers it; else
+    start-up before its first activity; else shared equally by the threads whose interval covers
+    it (a thread's overlapping intervals: the one that started first, longest first, holds it);
+    else unattributed."""
+    per = np.zeros(n_nodes)
+    sync = 0.0
+    totals = {"idle": 0, "start-up": 0, "unattributed": 0, "busy": 0}
+    for dev, (w0, w1) in windows.items():
+        b = [(max(s, w0), min(e, w1)) for s, e in busy.get(dev, []) if min(e, w1) > max(s, w0)]
+        first = min((s for s, _ in b), default=None)
+        for t in range(w0, w1):
+            if any(s <= t < e for s, e in b):
+                totals["busy"] += 1
+                continue
+            totals["idle"] += 1
+            if first is None:
+                totals["unattributed"] += 1
+                continue
+            if t < first:
+                totals["start-up"] += 1
+                continue
+            holder = {}
+            for s, e, n, th, sy in sorted(hosts, key=lambda h: (h[3], h[0], -h[1])):
+                if s <= t < e and th not in holder:
+                    holder[th] = (n, sy)
+            if not holder:
+                totals["unattributed"] += 1
+            for n, sy in holder.values():
+                per[n] += 1 / len(holder)
+                sync += sy / len(holder)
+    return per, sync, totals
+
+
+intervals = st.lists(st.tuples(st.integers(0, 120), st.integers(-3, 40)), max_size=10)
+host_runs = st.lists(st.lists(st.tuples(st.integers(-2, 30), st.integers(0, 8), st.integers(0, 4), st.booleans()),
+                              max_size=8), min_size=1, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(busy0=intervals, busy1=intervals, threads=host_runs)
+def test_blame_matches_the_oracle(busy0, busy1, threads):
+    windows = {0: (10, 130), 1: (0, 90)}
+    busy = {0: [(s, s + d) for s, d in busy0], 1: [(s, s + d) for s, d in busy1]}
+    hosts = []
+    for tid, runs in enumerate(threads):
+        for start, length, node, sy in runs:  # overlapping within a thread on purpose
+            hosts.append((start * 4, start * 4 + length * 5, node, tid, sy))
+    h = list(zip(*hosts)) if hosts else [[]] * 5
+    res = blame(5, windows, {d: (_a([s for s, _ in b]), _a([e for _, e in b])) for d, b in busy.items()},
+                _a(h[0]), _a(h[1]), _a(h[2]), _a(h[3]), np.asarray(h[4], dtype=bool))
+    per, sync, truth = _oracle(5, windows, busy, hosts)
+    tot = res.totals()
+    for k in ("idle", "busy", "start-up", "unattributed"):
+        assert tot[k] == truth[k], k
+    # Conserved exactly; each node, and the sync part, within rounding of the oracle's fractions.
+    assert int(res.per_node.sum()) + tot["start-up"] + tot["unattributed"] == tot["idle"]
+    assert tot["host"] + tot["sync"] + tot["start-up"] + tot["unattributed"] == tot["idle"]
+    assert np.all(np.abs(res.per_node - per) < 1.0 + 1e-6)
+    # Each (node, sync) key is rounded once, so the sync total is off by less than one per key.
+    assert abs(tot["sync"] - sync) < max(1, len({h[2] for h in hosts if h[4]})) + 1e-6
+    assert (res.per_node >= 0).all()
+
+
+def test_union_of_unordered_overlapping_intervals():
+    s, e = busy_union(_a([50, 0, 10, 70, 60]), _a([55, 20, 15, 80, 75]))
+    assert s.tolist() == [0, 50, 60] and e.tolist() == [20, 55, 80]
+    s, e = busy_union(_a([5, 9]), _a([5, 3]))  # empty and negative: dropped
+    assert len(s) == 0
+
+
+def test_one_thread_shares_a_gap_by_its_lines_host_time_two_threads_equally():
+    # Busy [0, 10) and [100, 110): one gap of 90 ns. Thread 0 runs node 1 for 30 ns, then node 2
+    # for 60; thread 1 runs node 3 over the last 30 ns of the gap.
+    res = blame(4, {0: (0, 110)}, {0: (_a([0, 100]), _a([10, 110]))},
+                _a([10, 40, 70]), _a([40, 100, 100]), _a([1, 2, 3]), _a([0, 0, 1]))
+    assert res.per_node.tolist() == [0, 30, 30 + 15, 15]
+    assert res.totals() == {"busy": 20, "idle": 90, "host": 90, "sync": 0, "start-up": 0, "unattributed": 0}
+
+
+def test_sync_part_and_start_up_and_unattributed():
+    # Start-up [0, 20); busy [20, 30); idle [30, 100): sync interval on node 1 for [30, 60),
+    # nothing for [60, 80), node 2 for [80, 100).
+    res = blame(3, {0: (0, 100)}, {0: (_a([20]), _a([30]))},
+                _a([30, 80]), _a([60, 100]), _a([1, 2]), _a([0, 0]), np.array([True, False]))
+    tot = res.totals()
+    assert (tot["start-up"], tot["sync"], tot["host"], tot["unattributed"]) == (20, 30, 20, 20)
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 10, "idle": 90, "start-up": 20, "unattributed": 20}
+
+
+def test_bad_input_is_skipped_and_said():
+    busy, skipped = {}, {}
+    busy = split_by_device(_a([0, -1, 0, 0, 0]), _a([10, 5, 30, 500, 40]), _a([20, 9, 25, 600, 45]), skipped)
+    res = blame(3, {0: (0, 100), 1: (50, 50)}, busy,
+                _a([30, 40, 60, 60]), _a([20, 70, 90, 95]), _a([1, 7, 2, 1]), _a([0, 0, 0, 0]))
+    res.skipped.update(skipped)
+    assert res.skipped == {idle.NO_DEVICE: 1, idle.NEGATIVE_GPU: 1, idle.OUTSIDE_GPU: 1, idle.EMPTY_WINDOW: 1,
+                           idle.NEGATIVE_HOST: 1, idle.UNKNOWN_NODE: 1, idle.OVERLAP_HOST: 1}
+    tot = res.totals()
+    assert tot["idle"] == 100 - 10 - 5 and tot["start-up"] == 10
+    assert int(res.per_node.sum()) + tot["start-up"] + tot["unattributed"] == tot["idle"]
+    assert res.meta()["skipped"] == res.skipped
+
+
+def test_host_clock_that_does_not_line_up_is_said_not_blamed():
+    res = blame(2, {0: (1_000_000, 1_000_100)}, {0: (_a([1_000_010]), _a([1_000_020]))},
+                _a([0, 50]), _a([40, 90]), _a([1, 1]), _a([0, 0]))
+    assert res.skipped == {idle.HOST_CLOCK: 2}
+    assert res.per_node.sum() == 0 and res.totals()["unattributed"] == 80
+
+
+def test_a_device_with_no_activity_is_all_unattributed_not_startup():
+    res = blame(2, {0: (0, 100)}, {}, _a([0]), _a([100]), _a([1]), _a([0]))
+    assert res.totals()["unattributed"] == 100 and res.per_node.sum() == 0
+
+
+@given(st.lists(st.floats(0, 1e6), max_size=20), st.integers(-3, 3))
+def test_largest_remainder_is_exact(values, off):
+    v = np.asarray(values)
+    total = max(int(round(v.sum())) + off, 0) if len(v) else 0
+    out = largest_remainder(v, total)
+    assert int(out.sum()) == total and (out >= 0).all()
+    if off == 0 and len(v):
+        assert np.all(np.abs(out - v) < 1 + 1e-9)
+
+
+def test_timeline_bins_and_fractions():
+    busy = {0: (_a([0, 50]), _a([25, 100])), 1: (_a([0]), _a([100]))}
+    tl = timeline({0: (0, 100), 1: (0, 100)}, busy, 0, 100, bins=4)
+    assert tl == {"t": [0, 25, 50, 75], "gpu_busy": [1.0, 0.5, 1.0, 1.0]}
+    assert len(timeline({0: (0, 10**9)}, {0: (_a([0]), _a([5]))}, 0, 10**9)["t"]) == idle.TIMELINE_BINS
+
+
+def test_idle_rows_conserve_idle_in_the_tree_and_the_summary_reads_them():
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    line = b.child(0, frames.intern(Frame("python", "f (a.py:3)", "a.py", 3, "f")))
+    res = blame(len(b), {0: (0, 100)}, {0: (_a([20, 90]), _a([30, 95]))}, _a([30]), _a([60]), _a([line]), _a([0]),
+                np.array([True]))
+    cols = ActivityColumns()
+    cols.extra["gpu_idle_time"] = idle.idle_column(res, b, frames, 0)
+    cols.extra["sync_time"] = (_a([line]), _a([30]))
+    prof = build_profile(b, frames, cols, {"window": {"start": 0, "end": 100}, "gpu_idle": res.meta()})
+    names = {f.name for f in prof.frames}
+    assert f"<unattributed: {idle.IDLE_STARTUP}>" in names and f"<unattributed: {idle.IDLE_UNATTRIBUTED}>" in names
+    assert int(prof.cct.exclusive[:, COL["gpu_idle_time"]].sum()) == res.totals()["idle"] == 85
+    w = waits(prof)
+    assert (w.wall, w.busy, w.idle, w.sync_time, w.device_time) == (100, 15, 85, 30, 100)
+    assert w.idle_parts == {"host": 0, "sync": 30, "start-up": 20, "unattributed": 35}
+    assert w.busy_share == 0.15 and w.to_json()["idle"]["start-up"] == 20
+
+
+def test_summary_of_a_profile_without_the_figures():
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    prof = build_profile(b, frames, ActivityColumns(), {})
+    w = waits(prof)
+    assert w.wall is None and w.busy is None and w.busy_share is None and w.to_json()["gpu_idle_time"] is None
