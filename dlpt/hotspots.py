@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.compile_time import compile_apart
+from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column
 from dlpt.profile import Profile, default_metric
@@ -78,6 +79,7 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
     # host time; null where the profile does not know (older profiles; no GPU).
     for k, v in waits(profile).to_json().items():
         out[k] = {p: t(x) for p, x in v.items()} if isinstance(v, dict) else (None if v is None else t(v))
+    out["findings"] = [f.to_json() for f in findings(profile)]
     out.update(_rank_summary(profile, metric, t, val))
     return out
 

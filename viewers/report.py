@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.frames import Frame
+from dlpt.findings import findings
+from dlpt.frames import Frame, short_path
 from dlpt.hotspots import summary
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, metric_column, metric_unit
 from dlpt.profile import Profile
@@ -307,7 +308,26 @@ def render(profile: Profile, opts: ReportOptions) -> str:
                              f"bottom-up view, {opts.metric}: each frame's self time, then its callers")
     else:
         lines += render_tree(profile, opts, f"top-down view, {opts.metric}")
+    lines += diagnosis_lines(profile)
     return "\n".join(lines) + "\n"
+
+
+def diagnosis_lines(profile: Profile) -> list[str]:
+    """The diagnosis (dlpt.findings): each finding that crossed its threshold, with its figure,
+    its lines and its remedy; nothing when none did."""
+    found = findings(profile)
+    if not found:
+        return []
+    out = ["", "diagnosis"]
+    for f in found:
+        out.append(f"  {f.rule}: {safe_text(f.figure)}")
+        for ln in f.lines:
+            file, _, num = ln.rpartition(":")
+            code = profile.source_line(file, int(num)) if num.isdigit() else ""
+            where = f"{short_path(file)}:{num}" if num.isdigit() else ln
+            out.append(f"    {safe_text(where)}" + (f"  ▸ {safe_text(code)}" if code else ""))
+        out.append(f"    → {safe_text(f.remedy)}")
+    return out
 
 
 def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:

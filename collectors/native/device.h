@@ -286,7 +286,7 @@ std::string device_on() {
         const char* nm = nullptr;
         if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) != CUPTI_SUCCESS) continue;
         bool launch = wanted(dm.d, nm);
-        bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm);
+        bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm) && !g_diag_no_waits;
         if (dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid) {
           g_launch_cbid[cbid] = launch;
           g_sync_cbid[cbid] = sync;

@@ -73,7 +73,7 @@ void busy_merge(Busy& b) {
 
 // Caller holds g_leaf_mu.
 void busy_add(int64_t device, int64_t start, int64_t end) {
-  if (end <= start) return;
+  if (end <= start || g_diag_no_waits) return;
   Busy& b = g_busy[device];
   b.iv.emplace_back(start, end);
   if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
