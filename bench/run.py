@@ -144,9 +144,9 @@ def device(argv: list[str]) -> int:
         if r.returncode:
             say(r.stdout + r.stderr + "pip install -e . failed")
             return 1
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True)
-    say((smi.stdout or smi.stderr).strip().splitlines()[0] if (smi.stdout or smi.stderr).strip() else "no nvidia-smi")
+    import runlib
+
+    say(f"device: {runlib.gpu_name()}")
     # cwd /tmp: the checkout's dlpt/ folder would shadow the installed package's layout.
     if step([sys.executable, "-c", IMPORTS], 120, cwd="/tmp"):
         say("a package dlpt needs is missing (carry its wheel in .whl/)")
