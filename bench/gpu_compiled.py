@@ -1,28 +1,24 @@
-"""torch.compile'd programs under `dlpt record` on a GPU (issue 13's proof). Run on the device
-machine from the repository root, with the third-party programs copied to `shared/programs/`:
+"""torch.compile'd programs under `dlpt record` on a GPU, next to their eager runs. Run on the
+device machine from the repository root, with the third-party programs copied to `shared/programs/`:
 
-    python bench/gpu_compiled.py nanogpt        # nanoGPT --compile=True and --compile=False
-    python bench/gpu_compiled.py own            # reduce-overhead and graph-break models, and eager
-    python bench/gpu_compiled.py compile-time   # cold compile time, provenance off and on
-    python bench/gpu_compiled.py report         # the tables from what the stages kept
-    python bench/gpu_compiled.py nanogpt-eager  # or any single stage (names: see STAGES)
+    python bench/run.py gpu-compiled nanogpt        # nanoGPT --compile=True and --compile=False
+    python bench/run.py gpu-compiled own            # reduce-overhead and graph-break models, and eager
+    python bench/run.py gpu-compiled compile-time   # cold compile time, provenance off and on
+    python bench/run.py gpu-compiled report         # the tables from what the stages kept
+    python bench/run.py gpu-compiled nanogpt-eager  # or any single stage (names: see STAGES)
 
 Each device call has a 10-minute limit: run a group, or single stages, per call.
 
 Each stage prints its tables and keeps its numbers in bench/out/gpu_compiled/ (kept between
 device calls on a warm machine) and copies them to $OUT. Per program: the share of GPU time on
 source lines that are not `def` lines, the share on model lines (nanoGPT's model.py; the own
-models' `forward` bodies), and the top lines side by side with the eager run's.
-
-Provenance reaches the profile the way the recorder applies it (`Provenance.start()` before the
-program, `attribute_compiled()` on the profile it builds). Where the installed recorder does not
-yet do so, the program runs under bench/with_provenance.py and the profile is attributed here
-afterwards, with the same two calls; the table says which (`applied by`).
+models' `forward` bodies, bench/workloads/compiled_models.py), and the top lines side by side with
+the eager run's. The recorder applies compiled-code provenance itself; `compile-time` measures
+what collecting it costs a cold compile, the program run with and without it (PROVENANCE_RUN).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
@@ -37,61 +33,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEEP = os.path.join(ROOT, "bench", "out", "gpu_compiled")
 OUT = os.environ.get("OUT") or KEEP
 NANOGPT = os.path.join(ROOT, "shared", "programs", "nanoGPT")
-MODELS = os.path.join(ROOT, "bench", "gpu_compiled_models.py")
-WRAP = os.path.join(ROOT, "bench", "with_provenance.py")
+MODELS = os.path.join(ROOT, "bench", "workloads", "compiled_models.py")
+# `python IT SCRIPT ARGS`: the program as `python SCRIPT ARGS` would run it, with dlpt's
+# compiled-code provenance collected around it (what the recorder does), and nothing else.
+PROVENANCE_RUN = """\
+import os, runpy, sys
+from dlpt.collectors.record.provenance import Provenance
+prov = Provenance()
+prov.start()
+target = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.realpath(target))
+try:
+    runpy.run_path(target, run_name="__main__")
+finally:
+    prov.stop()
+"""
 # Host op time stands in on a machine without a GPU (a smoke run of this script).
 METRIC = os.environ.get("DLPT_BENCH_METRIC", "gpu_time")
 NANO_ARGS = ["config/train_shakespeare_char.py", "--eval_interval=1000", "--eval_iters=5", "--log_interval=1",
              "--always_save_checkpoint=False"]
 
 
-def recorder_applies_provenance() -> bool:
-    """Whether the installed recorder calls attribute_compiled itself (else: the wrapper)."""
-    try:
-        from dlpt.collectors.record import session
-    except ImportError:
-        return False
-    return "attribute_compiled" in inspect.getsource(session)
-
-
 def record(out: str, program: list[str], cwd: str, steps: str = "") -> tuple[object, str, float]:
-    """(profile with compiled kernels attributed, who applied provenance, wall seconds).
-    `steps`: dlpt's `--steps A:B` (the steady state, after compiling and autotuning)."""
-    from dlpt.store import load, save
+    """(profile, who applied provenance, wall seconds). `steps`: dlpt's `--steps A:B` (the
+    steady state, after compiling and autotuning)."""
+    from dlpt.store import load
 
-    by_recorder = recorder_applies_provenance()
-    prov_json = out + ".provenance.json"
     cmd = [sys.executable, "-m", "dlpt", "record", "--force", "-o", out, *(["--steps", steps] if steps else []), "--"]
-    cmd += program if by_recorder else [WRAP, *program]
-    # The tree as recorded, with its provenance, for rerunning the attribution anywhere.
-    recorded = out.replace(".dlpt", ".recorded.dlpt")
-    env = dict(os.environ, DLPT_PROVENANCE_OUT=prov_json, DLPT_RECORDED_OUT=recorded)
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
+    r = subprocess.run(cmd + program, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"record {program} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     print("   ", (r.stderr.strip().splitlines() or [""])[-2:], flush=True)
-    prof = load(out)
-    if os.path.exists(recorded) and os.path.abspath(OUT) != os.path.abspath(KEEP):
-        os.makedirs(OUT, exist_ok=True)
-        shutil.copy(recorded, OUT)
-    if by_recorder or not os.path.exists(prov_json):
-        return prof, "recorder" if by_recorder else "none", wall
-    from dlpt.collectors.record.fused import attribute_compiled
-    from dlpt.collectors.record.provenance import Provenance
-
-    with open(prov_json) as fh:
-        prov = Provenance.from_dict(json.load(fh))
-    t1 = time.perf_counter()
-    prof = attribute_compiled(prof, prov)
-    prof.meta["attribute_compiled_s"] = round(time.perf_counter() - t1, 4)
-    for f in {fr.file for fr in prof.frames if fr.kind == "python" and fr.file}:
-        if f not in prof.sources and os.path.isfile(f) and "torchinductor" not in f and "site-packages" not in f:
-            with open(f, encoding="utf-8", errors="replace") as fh:
-                prof.sources[f] = fh.read()
-    save(prof, out.replace(".dlpt", ".attributed.dlpt"), force=True)
-    return prof, f"bench wrapper ({len(prov.modules)} compiled modules)", wall
+    return load(out), "recorder", wall
 
 
 def line_shares(prof: object, model_file: str | None) -> dict:
@@ -175,7 +151,7 @@ def run_nanogpt(mode: str, iters: int = 30, steps: str = "10:25") -> dict:
 
 
 def run_own(mode: str, steps: int = 30, window: str = "10:25") -> dict:
-    """One recording of bench/gpu_compiled_models.py in `mode`, optimizer steps `window` only."""
+    """One recording of bench/workloads/compiled_models.py in `mode`, optimizer steps `window` only."""
     print(f"own model --mode {mode}", flush=True)
     prof, by, wall = record(os.path.join(KEEP, f"own_{mode}.dlpt"), [MODELS, "--mode", mode, "--steps", str(steps)],
                             os.path.join(ROOT, "bench"), window)
@@ -185,9 +161,11 @@ def run_own(mode: str, steps: int = 30, window: str = "10:25") -> dict:
 def _cold_run(cmd: list[str], cwd: str, with_prov: bool) -> tuple[str, float]:
     """One run with empty Inductor and Triton caches, so the compile is measured, not a cache hit."""
     d = tempfile.mkdtemp(prefix="dlpt-ct-")
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"), TRITON_CACHE_DIR=os.path.join(d, "triton"),
-               DLPT_PROVENANCE_OUT=os.path.join(d, "prov.json"))
-    full = [sys.executable, *([WRAP] if with_prov else []), *cmd]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"), TRITON_CACHE_DIR=os.path.join(d, "triton"))
+    wrap = os.path.join(d, "provenance_run.py")
+    with open(wrap, "w") as fh:
+        fh.write(PROVENANCE_RUN)
+    full = [sys.executable, *([wrap] if with_prov else []), *cmd]
     t0 = time.perf_counter()
     r = subprocess.run(full, capture_output=True, text=True, cwd=cwd, env=env)
     wall = time.perf_counter() - t0
@@ -265,13 +243,16 @@ GROUPS = {"nanogpt": ["nanogpt-compiled", "nanogpt-eager", "nanogpt-compiled-who
           "compile-time": ["compile-time-own", "compile-time-nanogpt"]}
 
 
-def main() -> None:
-    asked = sys.argv[1:] or [*GROUPS, "report"]
+def gpu_compiled(argv: list[str]) -> None:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__ + f"\nstages: {', '.join(STAGES)}; groups: {', '.join(GROUPS)}; report")
+        return
+    asked = argv or [*GROUPS, "report"]
     os.makedirs(KEEP, exist_ok=True)
     import torch
 
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
-          f"recorder applies provenance: {recorder_applies_provenance()}", flush=True)
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}",
+          flush=True)
     for a in asked:
         for s in GROUPS.get(a, [a]):
             if s == "report":
@@ -281,6 +262,3 @@ def main() -> None:
             keep(s, STAGES[s]())
     report()
 
-
-if __name__ == "__main__":
-    main()

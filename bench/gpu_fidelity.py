@@ -1,6 +1,7 @@
-"""GPU fidelity of `dlpt record` (issue 10, "Measure and prove"):
+"""GPU fidelity of `dlpt record`, two cases (docs/BENCHMARKS.md).
 
-- `truth`: records bench/gpu_fidelity_prog.py (sleep kernels, operator expressions, copies of
+`gpu-fidelity`:
+- `truth`: records bench/workloads/truth.py (sleep kernels, operator expressions, copies of
   known size, a module forward, module-level code, a custom Function's forward and backward, a
   thread, a CUDA graph replay — every activity from a marked line, timed with CUDA events) and
   compares per marked line: dlpt's GPU time (flat view by line, self; total shown too) vs the
@@ -10,15 +11,26 @@
 - `nanogpt`: records nanoGPT eager and reads the share of GPU time on `def`/`class` lines (a
   hotspot line whose source text is a definition: time that missed its own line), on no source
   line at all, attributed to source, and done in backward (`dlpt export -f hotspots` summary).
-- `kineto`: `dlpt record` on a program that itself runs torch.profiler (nanoGPT under
-  bench/torchprof_run.py): does it run to its end, is the profile saved, what did dlpt record.
+- `kineto`: `dlpt record` on a program that itself runs torch.profiler (nanoGPT inside
+  torch.profiler with stacks): does it run to its end, is the profile saved, what did dlpt record.
 
-    python bench/gpu_fidelity.py [truth,nanogpt,kineto] [--rounds 10] [--nanogpt-iters 30]
-    python bench/gpu_fidelity.py --analyze PROFILE --truth TRUTH.json --source PROGRAM.py
-        # the comparison alone, on a profile recorded before (e.g. tests/data/gpu_truth.dlpt)
-    python bench/gpu_fidelity.py nanogpt --cpu --metric cpu_time   # the nanoGPT part on a CPU
+    python bench/run.py gpu-fidelity [truth,nanogpt,kineto] [--rounds 10] [--nanogpt-iters 30]
+    python bench/run.py gpu-fidelity --analyze PROFILE --truth TRUTH.json --source PROGRAM.py
+        # the comparison alone, on a profile recorded before
+    python bench/run.py gpu-fidelity nanogpt --cpu --metric cpu_time   # the nanoGPT part on a CPU
 
 Writes $OUT/fidelity.json, $OUT/fidelity.log and (when small) $OUT/fidelity.dlpt; prints tables.
+
+`gpu-cases`: the hard cases, bench/gpu_cases/*.py (a torch.compile'd module, a CUDA-graph replay,
+threads, every copy kind, activation checkpointing, a second-order gradient, a custom backward on
+the CPU queue, `mode="reduce-overhead"` training, shares of fused kernels, idle and sync truth):
+each recorded whole with `dlpt record`; per line marked `# CASE: ...`, the GPU time dlpt puts on
+it, the share of GPU time at a source line and what stayed unattributed. A program that knows
+`--check` (idle_truth.py) writes its own truth, given as its argument, and its check
+(`PROGRAM --check PROFILE TRUTH`) judges the profile. Exits 1 when a program fails, keeps under
+99.5% of its GPU time at a source line, or fails its check.
+
+    python bench/run.py gpu-cases [CASE...]   # profiles and gpu_cases.json under $OUT
 """
 
 from __future__ import annotations
@@ -28,14 +40,14 @@ import json
 import os
 import re
 import shutil
-import sys
+import subprocess
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib as rl  # noqa: E402
+import runlib as rl
 
-PROG = os.path.join(rl.BENCH, "gpu_fidelity_prog.py")
+PROG = os.path.join(rl.WORKLOADS, "truth.py")
+CASES_DIR = os.path.join(rl.BENCH, "gpu_cases")
 MARK = re.compile(r"#\s*(LINE|ALSO|ZERO):(\w+)")
 TOLERANCE_PCT = 1.0
 DEF = re.compile(r"^\s*(async\s+def|def|class)\s|^\s*@")
@@ -188,12 +200,12 @@ def nanogpt_prog(a: argparse.Namespace, work: str, iters: int) -> tuple[str, lis
 
 
 def part_kineto(a: argparse.Namespace, out: str, work: str, log: str, res: dict[str, Any]) -> str:
-    """A program that runs torch.profiler itself (nanoGPT under bench/torchprof_run.py), recorded
+    """A program that runs torch.profiler itself (nanoGPT inside torch.profiler), recorded
     by dlpt: CUPTI has one subscriber per process, so this is where dlpt's collector and Kineto
     meet. The program must still run to its end; the row says what dlpt recorded then."""
     nd, prog = nanogpt_prog(a, work, 12)
     prof = os.path.join(work, "kineto.dlpt")
-    r = rl.run(rl.dlpt_record(prof, os.path.join(rl.BENCH, "torchprof_run.py"), *prog), cwd=nd, timeout=timeout(a), log=log)
+    r = rl.run(rl.dlpt_record(prof, rl.torch_profiler_script(work), *prog), cwd=nd, timeout=timeout(a), log=log)
     it = rl.nanogpt_iters(r)
     rd = rl.read_profile(prof, metric=a.metric)
     s = rd["doc"]["summary"] if rd["ok"] else {}
@@ -234,8 +246,9 @@ def part_nanogpt(a: argparse.Namespace, out: str, work: str, log: str, res: dict
                     f"(total {rl.fmt(tot)} µs)", ["where", "%"], rows) + f"\nlargest def-line rows: {top}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def gpu_fidelity(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py gpu-fidelity", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="?", default="truth,nanogpt,kineto")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--nanogpt-iters", type=int, default=30)
@@ -246,7 +259,7 @@ def main() -> None:
     ap.add_argument("--analyze", metavar="PROFILE", help="compare an existing profile (with --truth, --source)")
     ap.add_argument("--truth", metavar="JSON")
     ap.add_argument("--source", metavar="PROGRAM", default=PROG)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     a.budget_clock = rl.Budget(a.budget)
     out, work = rl.out_dir(), rl.work_dir()
     log = rl.log_path(out, "fidelity.log")
@@ -280,5 +293,79 @@ def main() -> None:
     rl.finish(out, "\n\n".join(tables), "fidelity.json", log)
 
 
-if __name__ == "__main__":
-    main()
+
+def case_lines(path: str) -> dict[int, str]:
+    """{line number: label} of a case program's `# CASE: label` comments."""
+    with open(path) as f:
+        return {i: m.group(1).strip() for i, text in enumerate(f, 1) if (m := re.search(r"# CASE: (.*)$", text))}
+
+
+def gpu_cases(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="bench/run.py gpu-cases", description="bench/gpu_cases/*.py under dlpt record: "
+                                 "GPU time per `# CASE:` line, >= 99.5% at a source line, and each program's --check")
+    ap.add_argument("cases", nargs="*", help="program names in bench/gpu_cases/ (default: all)")
+    a = ap.parse_args(argv)
+    names = a.cases or sorted(f[:-3] for f in os.listdir(CASES_DIR) if f.endswith(".py"))
+    import dlpt
+    from dlpt.hotspots import summary
+    from dlpt.metrics import COL
+    from dlpt.transforms import hide_library_unless
+    from dlpt.views import flat
+
+    out = rl.out_dir()
+    results: dict[str, Any] = {}
+    for name in names:
+        src = os.path.join(CASES_DIR, f"{name}.py")
+        prof_path = os.path.join(out, f"{name}.dlpt")
+        with open(src) as f:
+            checked = "--check" in f.read()
+        truth = os.path.join(out, f"{name}.truth.json")
+        # cwd=OUT: the checkout's dlpt/ folder would shadow the installed package's layout.
+        r = subprocess.run(rl.dlpt_record(prof_path, src, *([truth] if checked else [])),
+                           capture_output=True, text=True, cwd=out, timeout=300)
+        if r.returncode != 0:
+            results[name] = {"error": r.stderr[-2000:]}
+            print(name, "FAILED", r.stderr[-2000:], flush=True)
+            continue
+        prof = dlpt.load(prof_path)
+        view = hide_library_unless(prof, False)
+        s = summary(view)
+        fv = flat(view, "line")
+        marks = case_lines(src)
+        per_line: dict[int, int] = {}
+        for g, fr in enumerate(fv.frame):
+            if fr.kind == "python" and fr.file and os.path.basename(fr.file) == f"{name}.py":
+                per_line[fr.line] = per_line.get(fr.line, 0) + int(fv.exclusive[g, COL["gpu_time"]])
+        tot = prof.cct.exclusive.sum(axis=0)
+        results[name] = {
+            "gpu_time_us": s["gpu_time"], "attributed_to_source_us": s["attributed_to_source"],
+            "unattributed": s["unattributed"], "activities": int(len(prof.activities)),
+            "cases": {f"{ln}: {label}": per_line.get(ln, 0) / 1000.0 for ln, label in marks.items()},
+            "other_lines_us": {str(ln): v / 1000.0 for ln, v in per_line.items() if ln not in marks},
+            "htod_bytes": int(tot[COL["htod_bytes"]]), "dtoh_bytes": int(tot[COL["dtoh_bytes"]]),
+            "dtod_bytes": int(tot[COL["dtod_bytes"]]), "memset_time_us": s["memset_time"],
+            "post_processing_s": prof.meta.get("post_processing_s"),
+            "profile_bytes": os.path.getsize(prof_path),
+        }
+        print(f"== {name}: GPU {s['gpu_time']:.1f} us, at a source line "
+              f"{100 * s['attributed_to_source'] / max(s['gpu_time'], 1e-9):.2f}%, unattributed {s['unattributed']}",
+              flush=True)
+        for k, v in results[name]["cases"].items():
+            print(f"   {k:<40} {v:10.1f} us", flush=True)
+        for k, v in results[name]["other_lines_us"].items():
+            print(f"   (line {k}){'':<31} {v:10.1f} us", flush=True)
+        if checked:  # the program's own judge of its truth against the profile
+            c = subprocess.run([rl.PY, src, "--check", prof_path, truth], capture_output=True, text=True, cwd=out)
+            print(c.stdout + c.stderr, flush=True)
+            results[name]["check_rc"] = c.returncode
+    import torch
+
+    rl.write_json(out, "gpu_cases.json", {"torch": torch.__version__, "gpu": rl.gpu_name(), "results": results})
+    # Every program must run to its end, keep all but 0.5% of its GPU time on source lines, and
+    # pass its own check.
+    bad = [n for n, r in results.items() if "error" in r or r.get("check_rc")
+           or r["attributed_to_source_us"] < 0.995 * r["gpu_time_us"]]
+    if bad:
+        print(f"gpu-cases: failed, under 99.5% at a source line, or failed its check: {', '.join(bad)}", flush=True)
+        return 1
+    return 0

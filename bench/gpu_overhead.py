@@ -1,7 +1,15 @@
-"""Recording overhead on third-party programs (issue 10; docs/BENCHMARKS.md), side by side in one run:
+"""Recording overhead on the GPU (docs/BENCHMARKS.md), each profiler next to unprofiled in one run:
 
-- `nanogpt`: nanoGPT `train.py` eager, median step time over iterations 10–60, unprofiled /
-  `dlpt record` / torch.profiler with stacks (bench/torchprof_run.py) / Proton `-c python`,
+- `ab` (the judge): nanoGPT's training step in one process (bench/workloads/nanogpt_inproc.py),
+  blocks of steps alternately unprofiled and under one profiler, so both see the same machine
+  state; one process per profiler and run, processes in turns (nanoGPT's step moves by ±15%
+  between processes on the GPU machine, more than the differences to measure). Per configuration,
+  the median over processes of the profiled step against the pristine one (before any profiler
+  ran in that process) and against the unprofiled blocks in between. A configuration is a mode
+  nanogpt_inproc.py knows (dlpt, proton, torch.profiler, after, after-none), optionally with a
+  label and environment: `old-backward=dlpt:DLPT_DIAG=rfbackward`.
+- `nanogpt`: nanoGPT `train.py` eager in whole processes, median step time over iterations 10–60,
+  unprofiled / `dlpt record` / torch.profiler with stacks / Proton `-c python`,
   interleaved (A B C D A B C D …); ratios vs unprofiled; whether dlpt is below Proton.
 - `steps`: the same program over 120 iterations, unprofiled vs `dlpt record --steps 10:20`:
   median step before (2–9), during (10–19) and after (40–120) the recorded steps.
@@ -11,8 +19,10 @@ For every `dlpt record` run: dlpt's own "post-processing X s" (stderr), the time
 program's last output line to the process's exit (minus the same for the unprofiled runs, that
 is dlpt's end-of-run cost), whether the profile was saved and reads back.
 
-    python bench/gpu_overhead.py [nanogpt,steps,timm] [--repeats 2] [--budget 540]
-    python bench/gpu_overhead.py nanogpt --cpu          # a small CPU configuration, to try it here
+    python bench/run.py gpu-overhead [ab,nanogpt,steps,timm] [--repeats 2] [--budget 540]
+    python bench/run.py gpu-overhead ab --ab dlpt,proton,torch.profiler --procs 3 --rounds 12
+    python bench/run.py gpu-overhead ab --ab after,after-none        # what --steps A:B leaves behind
+    python bench/run.py gpu-overhead nanogpt --cpu      # a small CPU configuration, to try it here
 
 Writes $OUT/overhead.json (rewritten after each run) and $OUT/overhead.log (every line of every
 run, time-stamped), prints the tables last.
@@ -24,12 +34,12 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib as rl  # noqa: E402
+import runlib as rl
 
 NANOGPT_BASE = ["config/train_shakespeare_char.py", "--compile=False", "--eval_interval=1000", "--eval_iters=5",
                 "--log_interval=1", "--always_save_checkpoint=False"]
@@ -76,7 +86,7 @@ class Bench:
         elif cfg == "dlpt":
             cmd = rl.dlpt_record(prof, *prog, steps=steps)
         elif cfg == "torchprof":
-            cmd = [rl.PY, os.path.join(rl.BENCH, "torchprof_run.py"), *prog]
+            cmd = [rl.PY, rl.torch_profiler_script(self.work), *prog]
         elif cfg == "proton":
             # -n: where Proton writes (NAME.hatchet); its default lands in the cwd.
             cmd = [rl.PY, "-m", "triton.profiler.proton", "-c", "python", "-n", os.path.join(self.work, tag), *prog]
@@ -111,6 +121,58 @@ class Bench:
             row["attributed_pct"] = round(100 * s["attributed_to_source"] / s["gpu_time"], 3) if s.get("gpu_time") else None
         else:
             row["read_error"] = rd["error"]
+
+    # ---- nanoGPT in one process, profilers in turns: the judge
+    def part_ab(self) -> None:
+        a = self.a
+        configs = [rl.parse_config(c) for c in a.ab.split(",") if c]
+        rows: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in configs}
+        self.res["ab"] = rows
+        for p in range(a.procs):
+            for label, which, env in configs:
+                if not self.budget.allows(self.est.get(f"ab/{label}", a.first_estimate) * 1.2):
+                    print(f"  skip {label} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
+                    continue
+                cmd = [rl.PY, os.path.join(rl.WORKLOADS, "nanogpt_inproc.py"), which, str(a.rounds)]
+                r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
+                           log=self.log, env=env)
+                self.est[f"ab/{label}"] = r["wall_s"]
+                line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
+                if line is None:
+                    print(f"  {label} #{p + 1}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-6:]),
+                          flush=True)
+                    continue
+                rows[label].append(json.loads(line))
+                print(f"  {label} #{p + 1}: {line}", flush=True)
+                self.save()
+        after = {k: ds for k, ds in rows.items() if ds and "after_ms" in ds[0]}
+        profiled = {k: ds for k, ds in rows.items() if k not in after}
+        text = []
+        if profiled:
+            trs = []
+            for label, ds in profiled.items():
+                m = {k: statistics.median(d[k] for d in ds) if ds else None
+                     for k in ("ratio_to_pristine", "ratio", "pristine_ms", "profiled_ms")}
+                trs.append([label, len(ds), m["ratio_to_pristine"], m["ratio"], m["pristine_ms"], m["profiled_ms"]])
+            text.append(rl.table(f"nanoGPT step in one process, {a.rounds} rounds of 10 steps, "
+                                 f"{a.procs} processes each ({self.res['device']})",
+                                 ["configuration", "processes", "profiled / pristine (median)",
+                                  "profiled / between (median)", "pristine ms", "profiled ms"], trs))
+        if after:
+            text.append(rl.table("after a recorded window, in one process", ["configuration", "processes",
+                                 "after / before (median)", "per process"],
+                                 [[k, len(ds), statistics.median(d["ratio"] for d in ds),
+                                   ", ".join(f"{d['ratio']:.3f}" for d in ds)] for k, ds in after.items()]))
+        per = []
+        for label, ds in rows.items():
+            for i, d in enumerate(ds, 1):
+                if "after_ms" in d:
+                    per.append(f"- {label} #{i}: before {d['before_ms']} ms, during {d['during_ms']} ms, "
+                               f"after {d['after_ms']} ms ({d['ratio']})")
+                else:
+                    per.append(f"- {label} #{i}: pristine {d['pristine_ms']} ms, between {d['unprofiled_ms']} ms, "
+                               f"profiled {d['profiled_ms']} ms ({d['ratio_to_pristine']} / {d['ratio']})")
+        self.tables.append("\n\n".join(text) + "\n" + "\n".join(per))
 
     # ---- nanoGPT: four configurations
     def part_nanogpt(self) -> None:
@@ -283,9 +345,13 @@ class Bench:
         return ["--device", "cpu"] if self.a.cpu else ["--amp"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("parts", nargs="?", default="nanogpt,steps,timm", help="comma-separated: nanogpt,steps,timm")
+def gpu_overhead(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py gpu-overhead", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("parts", nargs="?", default="ab,steps,timm", help="comma-separated: ab,nanogpt,steps,timm")
+    ap.add_argument("--ab", default="dlpt,proton,torch.profiler", help="ab part: comma-separated configurations")
+    ap.add_argument("--procs", type=int, default=3, help="ab part: processes per configuration")
+    ap.add_argument("--rounds", type=int, default=12, help="ab part: blocks unprofiled and profiled per process")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds of every configuration")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="nanogpt part: which of " + ",".join(CONFIGS))
     ap.add_argument("--iters", type=int, default=60, help="nanogpt part: max_iters (median over 10..this)")
@@ -299,7 +365,7 @@ def main() -> None:
     ap.add_argument("--first-estimate", type=float, default=25, help="seconds a run of an unseen configuration is assumed to need")
     ap.add_argument("--cpu", action="store_true", help="a small CPU configuration (no Proton) to exercise the harness")
     ap.add_argument("--nanogpt-arg", action="append", default=[], help="extra nanoGPT flag, e.g. --nanogpt-arg=--batch_size=8")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.cpu and a.configs == ",".join(CONFIGS):
         a.configs = "none,dlpt,torchprof"  # Proton needs a GPU
     b = Bench(a)
@@ -318,6 +384,3 @@ def main() -> None:
     rl.emit(b.out, "\n\n".join(b.tables))
     print(f"\nJSON: {os.path.join(b.out, 'overhead.json')}; log: {b.log}")
 
-
-if __name__ == "__main__":
-    main()

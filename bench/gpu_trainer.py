@@ -1,4 +1,4 @@
-"""`dlpt record` on a Hugging Face `Trainer` run (bench/hf_trainer_prog.py: small random GPT-2,
+"""`dlpt record` on a Hugging Face `Trainer` run (bench/workloads/hf_trainer.py: small random GPT-2,
 synthetic data, 2 dataloader workers, bf16, 40 steps), N times (issue 10; docs/BENCHMARKS.md: ≤ 1.3×
 runtime, no pause over 100 ms, ≤ 0.5 s to the saved profile, 10 of 10 saved).
 
@@ -8,8 +8,8 @@ each a fresh process, and for each: exit status, Trainer's train_runtime, the lo
 is `dlpt.load`), dlpt's own post-processing seconds, and the program's last line → process exit
 (the time to the saved profile, with the unprofiled run's own exit time subtracted).
 
-    python bench/gpu_trainer.py [-n 10] [--steps 40] [--budget 540]
-    python bench/gpu_trainer.py -n 2 --steps 4 --batch 2        # a quick try on a CPU
+    python bench/run.py trainer [-n 10] [--steps 40] [--budget 540]
+    python bench/run.py trainer -n 2 --steps 4 --batch 2        # a quick try on a CPU
 
 Writes $OUT/trainer.json (rewritten after each run) and $OUT/trainer.log; prints a table last.
 """
@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib as rl  # noqa: E402
+import runlib as rl
 
-PROG = os.path.join(rl.BENCH, "hf_trainer_prog.py")
+PROG = os.path.join(rl.WORKLOADS, "hf_trainer.py")
 
 
 def trainer_result(r: rl.Result) -> dict[str, Any] | None:
@@ -36,8 +34,9 @@ def trainer_result(r: rl.Result) -> dict[str, Any] | None:
     return None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def gpu_trainer(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py trainer", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--runs", type=int, default=10, help="runs under dlpt record")
     ap.add_argument("--baseline", type=int, default=1, help="unprofiled runs (first)")
     ap.add_argument("--steps", type=int, default=40)
@@ -46,7 +45,7 @@ def main() -> None:
     ap.add_argument("--dlpt-steps", default=None, help="also pass --steps A:B to dlpt record")
     ap.add_argument("--budget", type=float, default=540)
     ap.add_argument("--run-timeout", type=float, default=150)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     out, work = rl.out_dir(), rl.work_dir()
     log = rl.log_path(out, "trainer.log")
     budget = rl.Budget(a.budget)
@@ -128,6 +127,3 @@ def main() -> None:
                      f"{rl.fmt(summ['post_processing_s_median'])} s; skipped for time: {summ['skipped']}")
     print(f"JSON: {os.path.join(out, 'trainer.json')}; log: {log}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,7 @@
-"""Shared plumbing for the recording benchmarks (issue 10, "Measure and prove"): run a program in
-a fresh process with every output line time-stamped, under a time budget; parse dlpt's save
-line; read a profile back through the CLI; print tables; write JSON under $OUT.
+"""Shared plumbing of the bench cases (`bench/run.py`): run a program in a fresh process with
+every output line time-stamped, under a time budget; parse dlpt's save line; read a profile back
+through the CLI; print tables; write JSON under $OUT; the third-party programs and the peers'
+command lines (torch.profiler around an unmodified script).
 
 Everything runs the programs as separate processes and reads profiles through `dlpt report` /
 `dlpt export` in a child too, so a crash in the recorder or the reader shows up as a row in the
@@ -25,7 +26,40 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
+WORKLOADS = os.path.join(BENCH, "workloads")  # the programs the cases measure
 PY = sys.executable
+# The peer "torch.profiler with stacks": a script run unmodified (`__main__`, `sys.argv`,
+# `sys.path[0]` as `python SCRIPT` sets them) inside profile(with_stack=True), the way a user
+# would wrap it by hand. Nothing is exported: the step times the program prints are compared,
+# and an export would only add to the time after its last line.
+TORCH_PROFILER_RUN = """\
+import os, runpy, sys
+import torch
+from torch.profiler import ProfilerActivity, profile
+script = os.path.abspath(sys.argv[1])
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(script)
+acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+with profile(activities=acts, with_stack=True):
+    runpy.run_path(script, run_name="__main__")
+"""
+
+
+def torch_profiler_script(folder: str) -> str:
+    """A script, written into `folder`, that runs `SCRIPT ARGS` under torch.profiler with Python
+    stacks (TORCH_PROFILER_RUN): `python IT SCRIPT ARGS`, or `dlpt record IT SCRIPT ARGS`."""
+    path = os.path.join(folder, "torch_profiler_run.py")
+    with open(path, "w") as f:
+        f.write(TORCH_PROFILER_RUN)
+    return path
+
+
+def parse_config(config: str) -> tuple[str, str, dict[str, str]]:
+    """`[LABEL=]MODE[:ENV=VAL,...]` → (label, mode, environment): a configuration of a case that
+    runs one mode under several settings, e.g. `old-backward=dlpt:DLPT_DIAG=rfbackward`."""
+    head, _, envs = config.partition(":")
+    label, _, mode = head.rpartition("=")
+    return label or config, mode, dict(kv.split("=", 1) for kv in envs.split(",") if kv)
 
 
 def out_dir() -> str:
@@ -48,6 +82,20 @@ def programs_dir() -> str:
         if os.path.isdir(d):
             return d
     raise SystemExit(f"no shared/programs under {ROOT} or beside it: copy /work/shared/programs to {ROOT}/shared/")
+
+
+def shared_dir() -> str:
+    """The project's shared folder (fixtures, tools, third-party programs): $DLPT_SHARED, else
+    `shared/` inside the repo (the device copy), else beside the checkout."""
+    for d in (os.environ.get("DLPT_SHARED"), os.path.join(ROOT, "shared"), os.path.join(os.path.dirname(ROOT), "shared")):
+        if d and os.path.isdir(d):
+            return d
+    raise SystemExit(f"no shared/ folder in {ROOT} or beside it (set DLPT_SHARED)")
+
+
+def gpt_trace() -> str:
+    """The biggest Kineto fixture, a GPT training step on an H200 (~18k events)."""
+    return os.path.join(shared_dir(), "fixtures", "kineto", "gpt_train.pt.trace.json.gz")
 
 
 def log_path(out: str, name: str) -> str:

@@ -22,7 +22,7 @@ from dlpt.metrics import COL, is_collective
 from dlpt.transforms import hide_library_unless
 from dlpt.views import GROUPINGS, flat, group_key
 
-# Profiles `dlpt record` wrote on an H100 (bench/gpu_proof.py, bench/gpu_cases.py).
+# Profiles `dlpt record` wrote on an H100 (bench/gpu_proof.py, in commit 5dcdc3f; `bench/run.py gpu-cases`).
 RECORDED = ("gpu_train_small", "gpu_truth", "gpu_case_copies", "gpu_case_cudagraph", "gpu_case_threaded")
 
 # Activity kind → its time, count and bytes columns, written out here rather than taken from

@@ -1,9 +1,9 @@
-"""Small compiled training programs for `bench/gpu_compiled.py` (GPU; CPU works for a smoke run).
+"""Small compiled training programs for `bench/run.py gpu-compiled` (GPU; CPU works for a smoke run).
 
-    python bench/gpu_compiled_models.py --mode reduce-overhead   # 4-block transformer, CUDA graphs
-    python bench/gpu_compiled_models.py --mode graph-break       # the same with a break per block
-    python bench/gpu_compiled_models.py --mode eager             # the reference run
-    python bench/gpu_compiled_models.py --mode default --compile-time  # prints {"compile_s": ...}
+    python bench/workloads/compiled_models.py --mode reduce-overhead   # 4-block transformer, CUDA graphs
+    python bench/workloads/compiled_models.py --mode graph-break       # the same with a break per block
+    python bench/workloads/compiled_models.py --mode eager             # the reference run
+    python bench/workloads/compiled_models.py --mode default --compile-time  # prints {"compile_s": ...}
 
 Every model line is an ordinary line a user would write, so a profile can be checked for GPU
 time on them (and not on `def` lines or on the line that calls the compiled module).

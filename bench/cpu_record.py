@@ -1,15 +1,24 @@
-"""CPU recording overhead and memory of `dlpt record` (issue 10; docs/BENCHMARKS.md), fresh process each run:
+"""CPU recording overhead and memory of `dlpt record` (docs/BENCHMARKS.md), fresh process each run:
 
 - `oploop`: 8 × (Linear + LayerNorm + GELU) on 16×64 tensors, AdamW, 320 steps
-  (bench/cpu_oploop_prog.py): median step time over steps 20..end, unprofiled vs `dlpt record`,
+  (bench/workloads/cpu_loop.py): median step time over steps 20..end, unprofiled vs `dlpt record`,
   interleaved; ratio (target ≤ 1.25×); exit status; profile saved and reads back.
 - `memory`: 100k steps of a tiny Linear + SGD loop: resident memory growth inside the loop
   (after the warm-up steps → end) and the process's peak RSS (wait4), unprofiled vs recorded;
   dlpt's growth is the difference (target < 50 MB).
 
-    python bench/cpu_oploop.py [oploop,memory] [--repeats 3] [--steps 320] [--mem-steps 100000]
+    python bench/run.py cpu-record [oploop,memory] [--repeats 3] [--steps 320] [--mem-steps 100000]
 
 Writes $OUT/cpu.json and $OUT/cpu.log; prints tables last.
+
+`--callgrind`: the collector's host-side cost in instructions instead, counted by callgrind:
+deterministic, so it can be measured on a small, shared, noisy machine where timings cannot.
+nanoGPT's own model runs N training steps (bench/workloads/cpu_loop.py nanogpt); every
+configuration runs twice, 1 and 1 + N steps, and the difference counts N steady steps. CONFIG is
+`none` (unprofiled), `dlpt`, or `LABEL=dlpt:DLPT_DIAG=...`. Needs valgrind; about 4 minutes per
+configuration on two cores.
+
+    python bench/run.py cpu-record --callgrind [--steps 10] [--configs CONFIG,CONFIG...]
 """
 
 from __future__ import annotations
@@ -17,14 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runlib as rl  # noqa: E402
+import runlib as rl
 
-PROG = os.path.join(rl.BENCH, "cpu_oploop_prog.py")
+PROG = os.path.join(rl.WORKLOADS, "cpu_loop.py")
 # Both runs on the CPU even on a GPU machine: the point is the host-side cost per op.
 ENV = {"CUDA_VISIBLE_DEVICES": ""}
 
@@ -73,16 +84,59 @@ def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace,
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+# The callgrind configurations: unprofiled, dlpt, and dlpt with parts of its host path switched
+# off (DLPT_DIAG, collectors/native), to see where its instructions go.
+CALLGRIND = ("none,dlpt,switching RecordFunction off per op=dlpt:DLPT_DIAG=toggle,"
+             "callback returning at once=dlpt:DLPT_DIAG=noop,backward() without RecordFunction=dlpt:DLPT_DIAG=bwoff")
+
+
+def callgrind(configs: list[str], steps: int) -> None:
+    """Instructions per steady nanoGPT step, unprofiled and under each configuration."""
+    from dlpt.collectors.record import native
+
+    native.load(quiet=True)  # built here, not under valgrind
+    rows = []
+    for config in configs:
+        label, mode, env = rl.parse_config(config)
+        env = {**os.environ, "PYTHONHASHSEED": "0", **env}
+        # Two runs, 1 and 1 + STEPS steps, at once: their difference is STEPS steady steps, without
+        # what the first steps through the loop's call site cost (new contexts to intern).
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = [subprocess.Popen(["valgrind", "--tool=callgrind", "--toggle-collect=starmap_next",
+                                       f"--callgrind-out-file={tmp}/cg.{k}", rl.PY, PROG, "nanogpt",
+                                       mode, str(k)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True) for k in (1, 1 + steps)]
+            outs = [(p.wait(), p.stderr.read() if p.stderr else "") for p in procs]
+        counts = [re.search(r"Collected : (\d+)", err) for _, err in outs]
+        if any(rc != 0 for rc, _ in outs) or not all(counts):
+            print(f"{config}: failed\n{outs[-1][1][-2000:]}", file=sys.stderr)
+            continue
+        c0, c1 = (int(m.group(1)) for m in counts if m)
+        rows.append((label, (c1 - c0) / steps))
+        print(f"{label}: {rows[-1][1]:,.0f} instructions/step", file=sys.stderr, flush=True)
+    base = next((v for k, v in rows if k == "none"), None)
+    print("| configuration | instructions / step | × unprofiled |\n| --- | --- | --- |")
+    for k, v in rows:
+        print(f"| {k} | {v:,.0f} | {v / base:.3f} |" if base else f"| {k} | {v:,.0f} | - |")
+
+
+def cpu_record(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py cpu-record", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="?", default="oploop,memory")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=320)
+    ap.add_argument("--steps", type=int, default=None, help="oploop steps (320); with --callgrind: counted steps (10)")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions per step under callgrind instead")
+    ap.add_argument("--configs", default=CALLGRIND, help="--callgrind: comma-separated configurations")
     ap.add_argument("--skip", type=int, default=20, help="warm-up steps left out of the median")
     ap.add_argument("--mem-steps", type=int, default=100_000)
     ap.add_argument("--run-timeout", type=float, default=300)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole invocation (runs are cut to fit)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.callgrind:
+        callgrind(a.configs.split(","), a.steps or 10)
+        return
+    a.steps = a.steps or 320
     a.budget_clock = rl.Budget(a.budget)
     out, work = rl.out_dir(), rl.work_dir()
     log = rl.log_path(out, "cpu.log")
@@ -140,6 +194,3 @@ def main() -> None:
     rl.write_json(out, "cpu.json", res)
     rl.finish(out, "\n\n".join(tables), "cpu.json", log)
 
-
-if __name__ == "__main__":
-    main()

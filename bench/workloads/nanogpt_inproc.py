@@ -8,11 +8,11 @@ blocks of steps alternately unprofiled and under one profiler, so both see the s
 Each profiler gets its own process: CUPTI takes one subscriber, and torch.profiler's Kineto
 keeps its subscription once it has run.
 
-    python bench/gpu_inproc.py dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
+    python bench/workloads/nanogpt_inproc.py dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
 prints one JSON line: median step (ms) unprofiled and profiled, and the ratio; also the median
 before the profiler first ran (pristine) and the profiled steps' ratio to it.
 
-    python bench/gpu_inproc.py after [ROUNDS] [BLOCK]
+    python bench/workloads/nanogpt_inproc.py after [ROUNDS] [BLOCK]
 is what `--steps A:B` leaves behind: ROUNDS blocks unprofiled, one block under dlpt (switched on
 and fully off, as at steps A and B), ROUNDS blocks unprofiled again; the ratio is after / before.
 `after-none` runs the same blocks with no profiler: the machine's own drift, to compare with.
@@ -37,7 +37,7 @@ if os.environ.get("DLPT_BENCH_CPUS"):
 
 import torch  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "shared", "programs", "nanoGPT"))
 
 from model import GPT, GPTConfig  # noqa: E402

@@ -1,7 +1,8 @@
-"""Benchmark of `dlpt view`: time to the first screen and key-press latency, on a synthetic
-profile with 1M calling-context nodes and on the gpt_train fixture. Prints a table.
+"""`dlpt view`: time to the first screen and key-press latency, on a synthetic profile with 1M
+calling-context nodes and on the gpt_train fixture. Prints a table; its peer is the harness's own
+floor (an unbound key pressed the same way), measured in the same run.
 
-    python bench/bench_tui.py [--nodes 1000000] [--repeat 15]
+    python bench/run.py tui [--nodes 1000000] [--repeat 15] [--runs 3]
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import sys
 import time
 
 import numpy as np
+import runlib as rl
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMSET, exclusive_matrix
 from dlpt.profile import Activities, Profile
-
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "kineto",
-                       "gpt_train.pt.trace.json.gz")
 
 _KERNELS = [
     "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::"
@@ -172,17 +171,18 @@ async def _keys(make, repeat: int) -> dict[str, list[float]]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def tui(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py tui", description="dlpt view: first screen and key latency")
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--runs", type=int, default=3, help="first-screen runs per case")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from dlpt.loader import open_profile
 
     cases = [(f"synthetic {args.nodes:,} nodes", lambda: synthetic_profile(args.nodes))]
-    if os.path.exists(FIXTURE):
-        cases.append(("gpt_train fixture", lambda: open_profile(FIXTURE)))
+    fixture = rl.gpt_trace()
+    if os.path.exists(fixture):
+        cases.append(("gpt_train fixture", lambda: open_profile(fixture)))
     rows = []
     for name, make in cases:
         p = make()
@@ -196,8 +196,3 @@ def main() -> int:
     print("| profile | measure | median | n |\n| --- | --- | --- | --- |")
     for name, what, t, n in rows:
         print(f"| {name} | {what} | {t * 1000:.0f} ms | {n} |" if t >= 0.01 else f"| {name} | {what} | {t * 1000:.1f} ms | {n} |")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

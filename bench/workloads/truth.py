@@ -1,4 +1,4 @@
-"""Ground truth for `dlpt record` on a GPU (issue 10, "GPU fidelity"); bench/gpu_fidelity.py runs
+"""Ground truth for `dlpt record` on a GPU (issue 10, "GPU fidelity"); `bench/run.py gpu-fidelity` runs
 it under `dlpt record` and compares. Every GPU activity of the program is launched from a line
 marked `# LINE:<name>` (or `# ALSO:<name>`, a second line of the same group), in every place
 where a line can be hard to find: plain code, an nn.Module's forward, module-level code, operator expressions (`x + y`, `a @ b`,
@@ -13,7 +13,7 @@ falls between a pair of events: the events then time the line's own activities. 
 that no unmarked line launches a kernel; the `# WARM` lines run each kind of work once, tiny,
 before the timed rounds (library handles, first-launch costs), and are all the unmarked GPU time.
 
-    python bench/gpu_fidelity_prog.py TRUTH.json [ROUNDS]
+    python bench/workloads/truth.py TRUTH.json [ROUNDS]
 
 Writes TRUTH.json: CUDA-event nanoseconds, counts and expected copy bytes per marked line.
 """

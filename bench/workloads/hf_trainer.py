@@ -1,8 +1,8 @@
-"""A Hugging Face `Trainer` run of our own making, for `bench/gpu_trainer.py`: a small GPT-2
+"""A Hugging Face `Trainer` run of our own making, for `bench/run.py trainer`: a small GPT-2
 built from a config with random weights (no hub download: the GPU machines are offline), a
 synthetic dataset, 2 dataloader worker processes, bf16, no saving, no reporting.
 
-    python bench/hf_trainer_prog.py [--steps 40] [--workers 2] [--no-bf16]
+    python bench/workloads/hf_trainer.py [--steps 40] [--workers 2] [--no-bf16]
 
 Prints, as its last line, `TRAINER_RESULT {json}`: Trainer's metrics (train_runtime, …) and the
 wall time of every optimizer step seen by a callback, so a pause inside the program (a profiler

@@ -1,17 +1,21 @@
-"""Reading benchmark (docs/BENCHMARKS.md): `dlpt report` against Holistic Trace Analysis on the same
-Kineto traces, at several sizes.
+"""Reading cases (docs/BENCHMARKS.md), each next to its peer in the same run.
 
-Each measurement is a fresh process (imports included, as a user would run it); dlpt and HTA
-runs are interleaved so that load from other processes on the machine falls on both alike, and
-medians are reported. Peak memory is the child's own `ru_maxrss` from `wait4`.
+`read`: `dlpt report` against Holistic Trace Analysis's `TraceAnalysis` on the same Kineto traces,
+at several sizes. Each measurement is a fresh process (imports included, as a user would run it);
+dlpt and HTA runs are interleaved so that load from other processes on the machine falls on both
+alike, and medians are reported. Peak memory is the child's own `ru_maxrss` from `wait4`. Traces
+are made once with shared/tools/synth_big.py under bench/out/ (git-ignored), one directory per
+size, as HTA's `TraceAnalysis(trace_dir=...)` wants (no `distributedInfo` in the file: HTA then
+takes it as rank 0).
 
-    python bench/bench_read.py            # 4 sizes from gpt_train (~72k .. ~523k events), 3 repeats
-    python bench/bench_read.py --quick    # 2 small sizes, 2 repeats
-    python bench/bench_read.py --repeats 5 --sizes 4,8,16,29
+    python bench/run.py read                  # 4 sizes from gpt_train (~72k .. ~523k events), 3 repeats
+    python bench/run.py read --quick          # 2 small sizes, 2 repeats
+    python bench/run.py read --repeats 5 --sizes 4,8,16,29
 
-Traces are made once with shared/tools/synth_big.py under bench/out/ (git-ignored), one
-directory per size, as HTA's `TraceAnalysis(trace_dir=...)` wants (no `distributedInfo` in the
-file: HTA then takes it as rank 0).
+`interop`: GraphFrame construction, dlpt's direct build from arrays against hatchet's literal
+reader, on the gpt_train fixture and on larger trees made by repeating it under rank nodes.
+
+    python bench/run.py interop [--trace TRACE]
 """
 
 from __future__ import annotations
@@ -25,14 +29,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "out")
-SHARED = os.environ.get("DLPT_SHARED", os.path.join(os.path.dirname(HERE), "..", "shared"))
-if not os.path.isdir(SHARED):
-    SHARED = "/work/shared"
-FIXTURE = os.path.join(SHARED, "fixtures", "kineto", "gpt_train.pt.trace.json.gz")
-SYNTH = os.path.join(SHARED, "tools", "synth_big.py")
+import runlib as rl
 
+OUT = os.path.join(rl.BENCH, "out")
 HTA_CODE = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
 
 
@@ -54,7 +53,8 @@ def make_trace(repeats: int) -> tuple[str, str, int]:
     meta = os.path.join(d, "events.txt")
     if not (os.path.exists(f) and os.path.exists(meta)):
         os.makedirs(d, exist_ok=True)
-        res = subprocess.run([sys.executable, SYNTH, FIXTURE, f, str(repeats)], check=True,
+        synth = os.path.join(rl.shared_dir(), "tools", "synth_big.py")
+        res = subprocess.run([sys.executable, synth, rl.gpt_trace(), f, str(repeats)], check=True,
                              capture_output=True, text=True)
         with open(meta, "w") as fh:
             fh.write(res.stdout.split()[0])
@@ -84,14 +84,14 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def read(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py read", description="dlpt report vs HTA's TraceAnalysis at several sizes")
     ap.add_argument("--sizes", default="4,8,16,29", help="repeats of gpt_train (18k events each)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each tool per size")
     ap.add_argument("--quick", action="store_true", help="sizes 1,4 and 2 repeats")
     ap.add_argument("--no-hta", action="store_true", help="time dlpt alone")
     ap.add_argument("--json", default=None, help="also write the raw runs here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sizes = [1, 4] if args.quick else [int(x) for x in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
     dlpt = dlpt_command()
@@ -142,5 +142,64 @@ def main() -> None:
             json.dump({"hta": hta_version, "runs": raw}, fh, indent=1)
 
 
-if __name__ == "__main__":
-    main()
+
+def replicate(p: object, k: int) -> object:
+    """k copies of the tree under k rank nodes: a realistic shape, k times the nodes."""
+    import numpy as np
+
+    from dlpt.cct import CCT
+    from dlpt.frames import Frame
+    from dlpt.profile import Profile
+
+    cct = p.cct  # type: ignore[attr-defined]
+    n = len(cct) - 1
+    frames = list(p.frames) + [Frame("rank", f"rank {r}") for r in range(k)]  # type: ignore[attr-defined]
+    parent, frame, exc = [np.array([-1])], [np.array([0])], [np.zeros((1, cct.exclusive.shape[1]), np.int64)]
+    base = 1
+    for r in range(k):
+        rank_node = base
+        parent.append(np.array([0]))
+        frame.append(np.array([len(p.frames) + r]))  # type: ignore[attr-defined]
+        exc.append(np.zeros((1, cct.exclusive.shape[1]), np.int64))
+        sub = cct.parent[1:]
+        parent.append(np.where(sub == 0, rank_node, sub + rank_node))
+        frame.append(cct.frame[1:])
+        exc.append(cct.exclusive[1:])
+        base += n + 1
+    return Profile(frames, CCT(np.concatenate(parent), np.concatenate(frame), np.concatenate(exc)),
+                   meta={"source": "kineto"})
+
+
+def _median_time(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def interop(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py interop",
+                                 description="GraphFrame construction: dlpt's direct build vs hatchet's literal reader")
+    ap.add_argument("--trace", default=None, help="a Kineto trace or .dlpt (default: the gpt_train fixture)")
+    ap.add_argument("--copies", default="1,10,50", help="the tree repeated this many times under rank nodes")
+    a = ap.parse_args(argv)
+    import hatchet as ht
+
+    import dlpt
+    from dlpt.interop.graphframe import to_graphframe, to_literal
+
+    p = dlpt.load(a.trace or rl.gpt_trace())
+    print("| nodes | dlpt to_graphframe | to_literal + GraphFrame.from_literal | ratio | hatchet gf.to_literal() |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for k in (int(x) for x in a.copies.split(",")):
+        q = replicate(p, k) if k > 1 else p
+        reps = 5 if k <= 10 else 3
+        n = len(q.cct)
+        t_direct = _median_time(lambda q=q: to_graphframe(q, "gpu_time", include_library=True), reps)
+        t_lit = _median_time(lambda q=q: ht.GraphFrame.from_literal(to_literal(q, include_library=True)), reps)
+        gf = to_graphframe(q, "gpu_time", include_library=True)
+        t_export = _median_time(lambda gf=gf: gf.to_literal(), 1) if n <= 20000 else float("nan")
+        print(f"| {n:,} | {t_direct * 1e3:.0f} ms | {t_lit * 1e3:.0f} ms | {t_lit / t_direct:.1f}× | "
+              + (f"{t_export * 1e3:.0f} ms |" if t_export == t_export else "not run (quadratic) |"), flush=True)

@@ -1,0 +1,43 @@
+"""The bench suite's runner: every case it names imports and parses its options (the cases
+themselves measure, on the device machine or for minutes, and are never run as tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# In one child: bench/ on sys.path as the runner puts it, each case's --help through the runner.
+HELP_ALL = """
+import contextlib, io, sys
+sys.path.insert(0, "bench")
+import run
+for name in run.CASES:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            rc = run.main([name, "--help"])
+        except SystemExit as e:
+            rc = e.code or 0
+    assert rc == 0 and "bench/run.py" in out.getvalue(), (name, rc, out.getvalue()[-500:])
+    print(name)
+"""
+
+
+def test_every_case_is_listed_imports_and_parses_its_options() -> None:
+    listed = subprocess.run([sys.executable, "bench/run.py", "--list"], cwd=ROOT, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    assert {"read", "tui", "cpu-record", "gpu-overhead", "gpu-fidelity", "gpu-cases"} <= set(names)
+    helped = subprocess.run([sys.executable, "-c", HELP_ALL], cwd=ROOT, capture_output=True, text=True)
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert helped.stdout.split() == names
+
+
+def test_an_unknown_case_or_device_part_exits_2() -> None:
+    for argv in (["nope"], ["device", "nope"], ["device"]):
+        r = subprocess.run([sys.executable, "bench/run.py", *argv], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 2, (argv, r.stdout, r.stderr)
+        assert "bench/run.py" in r.stderr
