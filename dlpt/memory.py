@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.frames import FrameTable
+
 I64 = np.int64
 # The named row (kind `unattributed`) that holds memory allocated before the recording began.
 BEFORE_RECORDING = "allocated before the recording"
@@ -148,6 +150,22 @@ def attribute(n_nodes: int, device: np.ndarray, addr: np.ndarray, nbytes: np.nda
         res.devices[int(d)] = DevicePeak(peak, int(idx[peak_i]), before,
                                          int(rv.max()) if rv is not None and len(rv) else 0)
     return res
+
+
+def node_place(parent: list[int], frame: list[int], frames: FrameTable, node: int) -> str:
+    """A node's place for a headline: its innermost source line (`file:line`), else, where there
+    are no Python frames (a trace without stacks), its outermost op (`aten::linear`, not the
+    `aten::empty` inside it), else its own name."""
+    outer = ""
+    n = node
+    while n > 0:
+        f = frames[frame[n]]
+        if f.has_source:
+            return f"{f.file}:{f.line}"
+        if f.kind in ("op", "python", "unattributed"):
+            outer = f.name
+        n = parent[n]
+    return outer
 
 
 def running_total(device: np.ndarray, addr: np.ndarray, nbytes: np.ndarray, which: int) -> np.ndarray:

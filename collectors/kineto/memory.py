@@ -22,7 +22,7 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.frames import FrameTable, unattributed_frame
-from dlpt.memory import BEFORE_RECORDING, attribute, timeline
+from dlpt.memory import BEFORE_RECORDING, attribute, node_place, timeline
 
 MEMORY_EVENT = "[memory]"
 CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA, as Kineto writes "Device Type"
@@ -139,7 +139,7 @@ def place_memory(mem: MemoryEvents, thread_ids: dict[tuple, int], thread: np.nda
     meta["damaged_memory_events"] = mem.damaged
     top = max(res.devices, key=lambda d: res.devices[d].peak_allocated)
     pk = res.devices[top].index
-    meta["peak_at"] = where(builder, frames, int(node[pk])) if node[pk] >= 0 else BEFORE_RECORDING
+    meta["peak_at"] = node_place(builder.parent, builder.frame, frames, int(node[pk])) if node[pk] >= 0 else BEFORE_RECORDING
     meta["peak_step"] = _step_at(span_of[pk], parent, names)
     mem.meta["memory"] = meta
     on = device == top
@@ -149,21 +149,6 @@ def place_memory(mem: MemoryEvents, thread_ids: dict[tuple, int], thread: np.nda
     mem.meta["timeline"] = {"mem_t": np.linspace(0, t1 - t0, len(alloc_series) + 1)[:-1].astype(np.int64).tolist(),
                             "allocated": alloc_series, "reserved": timeline(ts, np.maximum(reserved[on], 0), t0, t1),
                             "mem_device": top}
-
-
-def where(builder: TreeBuilder, frames: FrameTable, node: int) -> str:
-    """A node's place for a headline: its innermost source line (`file:line`), else, where the
-    trace has no Python stacks, its outermost op (`aten::linear`, not the `aten::empty` inside)."""
-    outer = ""
-    n = node
-    while n > 0:
-        f = frames[builder.frame[n]]
-        if f.has_source:
-            return f"{f.file}:{f.line}"
-        if f.kind in ("op", "python", "unattributed"):
-            outer = f.name
-        n = builder.parent[n]
-    return outer
 
 
 def add_meta(meta: dict[str, Any], mem: MemoryEvents) -> None:
