@@ -10,6 +10,7 @@ from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
+from dlpt.collectors.kineto.memory import add_meta
 from dlpt.frames import Frame, FrameTable
 from dlpt.profile import Profile
 from dlpt.progress import Progress
@@ -65,6 +66,7 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     if isinstance(rank, int):
         meta["rank"] = rank
     link_columns(trace, cols, builder, frames, 0, out, meta)
+    add_meta(meta, cols.memory)  # memory and its timeline, from `[memory]` events
     del cols
     if isinstance(trace.deviceProperties, list):
         devices = [d for d in trace.deviceProperties if isinstance(d, dict)]

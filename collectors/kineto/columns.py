@@ -9,6 +9,7 @@ from operator import attrgetter
 import numpy as np
 
 from dlpt.collectors.kineto.decode import GPU_CATS, HOST_CATS, LAUNCH, OP, as_int
+from dlpt.collectors.kineto.memory import MemoryEvents
 from dlpt.metrics import MEMCPY_OTHER, copy_kind
 
 
@@ -78,6 +79,7 @@ class Columns:
         self.thread_names: dict[tuple, str] = {}
         self.skipped = 0
         self._names: dict[str, str] = {}  # one str object per distinct name
+        self.memory = MemoryEvents()  # the allocator's `[memory]` events (profile_memory)
 
     def add(self, events: list) -> None:
         n_ev = len(events)
@@ -161,6 +163,7 @@ class Columns:
             e = events[i]
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
+        self.memory.add(events)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(kind, thread, start, end, sequence number) of all spans."""

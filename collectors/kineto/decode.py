@@ -32,6 +32,13 @@ class Args(msgspec.Struct, gc=False):
     device: int = -1
     stream: int = -1
     name: str | None = None
+    # A `[memory]` event's (collectors/kineto/memory.py): "Bytes" is signed, unlike a copy's "bytes".
+    addr: int = msgspec.field(name="Addr", default=-1)
+    mem_bytes: int = msgspec.field(name="Bytes", default=0)
+    device_type: int = msgspec.field(name="Device Type", default=-1)
+    device_id: int = msgspec.field(name="Device Id", default=-1)
+    total_allocated: int = msgspec.field(name="Total Allocated", default=-1)
+    total_reserved: int = msgspec.field(name="Total Reserved", default=-1)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -172,12 +179,25 @@ def _clean(e: _LenientEvent) -> Event | None:
             return None
         fid = e.id if not isinstance(e.id, (list, dict)) else None
         return Event(ph=ph, cat=cat, pid=e.pid, tid=e.tid, ts=e.ts, id=fid)
+    if ph == "i" and e.name == "[memory]":
+        return _clean_memory(e)
     if ph == "M" and e.name == "thread_name":
         a = _args(e.args)
         if a is None or not isinstance(a.name, str) or not (_hashable(e.pid) and _hashable(e.tid)):
             return None
         return Event(ph=ph, name="thread_name", pid=e.pid, tid=e.tid, args=Args(name=a.name))
     return None
+
+
+def _clean_memory(e: _LenientEvent) -> Event | None:
+    """A `[memory]` event with the fields memory.py reads as numbers, or None."""
+    a = _args(e.args)
+    if a is None or not _number(e.ts) or not (_hashable(e.pid) and _hashable(e.tid)):
+        return None
+    args = Args(addr=as_int(a.addr), mem_bytes=as_int(a.mem_bytes, 0), device_type=as_int(a.device_type),
+                device_id=as_int(a.device_id), total_allocated=as_int(a.total_allocated),
+                total_reserved=as_int(a.total_reserved))
+    return Event(ph="i", name="[memory]", pid=e.pid, tid=e.tid, ts=e.ts, args=args)
 
 
 def _decode_lenient(data: bytes) -> Trace:

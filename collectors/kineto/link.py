@@ -27,6 +27,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import ANNOT, LAUNCH, OP, PY, Trace, as_int
+from dlpt.collectors.kineto.memory import place_memory
 from dlpt.collectors.kineto.waits import wait_metrics
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
@@ -81,6 +82,11 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
                           as_int(trace.baseTimeNanoseconds, 0), out)
     out.cpu_node.extend(map(nodes.node, spans.ops.tolist()))
     out.cpu_self.extend(cpu_self)
+    if len(cols.memory):
+        first = [int(start.min())] if len(start) else []
+        first += [min(g[2] for g in cols.gpu)] if cols.gpu else []
+        place_memory(cols.memory, cols.thread_ids, thread, start, order, parent, end_l, cols.name, nodes.node,
+                     builder, frames, base, min(first) if first else None, out)
     if meta is not None:
         wait_metrics(spans, end, nodes.node, cols.gpu, builder, frames, base,
                      as_int(trace.baseTimeNanoseconds, 0), out, meta)

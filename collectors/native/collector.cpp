@@ -184,6 +184,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 
 #include "autograd.h"
 #include "device.h"  // after the callback: it reads the diagnostics flags above
+#include "memory.h"  // GPU memory by line: the caching allocator's events
 #include "host.h"    // host time, sync time, GPU busy intervals
 
 namespace {
@@ -271,6 +272,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_tick0 = ticks();
   g_ns0 = steady_ns();
   host_start(sample_ns, device);
+#if defined(DLPT_CUPTI)
+  memory_start(device);
+#endif
   return switch_on(device, host);
 }
 
@@ -278,6 +282,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
 // CUPTI's activities flushed into the trie and disabled.
 void stop() {
   host_stop();
+#if defined(DLPT_CUPTI)
+  memory_stop();
+#endif
   g_host_on.store(false);
   if (g_host_registered) {
     at::removeCallback(g_handle);
@@ -501,6 +508,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_thread", &register_thread);
   m.def("backward_begin", &backward_begin, py::arg("allow_off"));
   m.def("backward_end", &backward_end);
+  m.def("memory_snapshot", &memory_snapshot);
+  m.def("memory_step", &memory_step);
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
   // The numbers the Python side decodes snapshots with (collectors/record/native.py checks

@@ -145,6 +145,7 @@ class Recorder:
         elif not explicit and self.explicit_steps:
             return
         self.step_count += 1
+        self.mod.memory_step(self.step_count)  # the step of the memory peak
         if self.done or self.steps is None:
             return
         a, b = self.steps
@@ -244,6 +245,7 @@ class Recorder:
         if self.on:
             self.mod.flush(not partial)
         host = native.HostSnapshot.decode(self.mod.host_snapshot())  # first: every node it names is then in the trie's snapshot
+        memory = self.mod.memory_snapshot()  # likewise
         snap = native.Snapshot.decode(self.mod.snapshot(len(self.converter.code_info), len(self.converter.names)))
         dump = os.environ.get("DLPT_HOST_DUMP")
         if dump and not partial:
@@ -253,7 +255,7 @@ class Recorder:
 
             np.savez(dump, **{k: np.asarray(v) for k, v in host._asdict().items()})
         meta = self._meta(partial)
-        return self.converter.profile(snap, meta, host)
+        return self.converter.profile(snap, meta, host, memory)
 
     def _snapshot_loop(self) -> None:
         from dlpt.store import save

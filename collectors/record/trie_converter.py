@@ -17,6 +17,7 @@ import numpy as np
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
+from dlpt.collectors.record.memory import add_memory
 from dlpt.collectors.record.native import (
     N_BACKWARD,
     N_OP,
@@ -168,7 +169,7 @@ class TrieConverter:
         res.skipped.update(skipped)
         out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
         meta["gpu_idle"] = res.meta()
-        meta["timeline"] = timeline(windows, busy, *w)
+        meta.setdefault("timeline", {}).update(timeline(windows, busy, *w))  # beside memory's keys
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
         """Each collective op's calls, by the op's path of frames (dlpt/commwait.py matches the
@@ -191,8 +192,10 @@ class TrieConverter:
                         "end": (host.coll_end[idx] + host.realtime_offset).tolist()})
         return out
 
-    def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None) -> Profile:
+    def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None,
+                memory: dict[str, Any] | None = None) -> Profile:
         out, info = self.update(snap, host)
+        add_memory(memory, np.asarray(self.node_map, dtype=np.int64), self.builder, self.frames, out, meta)
         if info.get("collectives"):
             meta["collectives"] = info["collectives"]
         if host is not None:
