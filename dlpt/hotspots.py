@@ -15,7 +15,7 @@ from dlpt.profile import Profile, default_metric
 from dlpt.ranks import is_multi_rank, per_rank_groups
 from dlpt.transforms import hide_library_unless, propagate_down
 from dlpt.views import flat
-from dlpt.waits import waits
+from dlpt.waits import memory_peak, waits
 
 SCHEMA = "dlpt.hotspots/1"
 
@@ -79,6 +79,9 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
     # host time; null where the profile does not know (older profiles; no GPU).
     for k, v in waits(profile).to_json().items():
         out[k] = {p: t(x) for p, x in v.items()} if isinstance(v, dict) else (None if v is None else t(v))
+    mem = memory_peak(profile)
+    if mem is not None:
+        out["memory"] = mem.to_json()
     out["findings"] = [f.to_json() for f in findings(profile)]
     out.update(_rank_summary(profile, metric, t, val))
     return out

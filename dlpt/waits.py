@@ -1,6 +1,7 @@
-"""Why the GPU waits, as figures: the window, GPU busy and idle with idle's split, sync and host
-time. The one reading of the profile's `window` and `gpu_idle` meta (written by both collectors:
-collectors/record/trie_converter.py, the Kineto importer) that every view shows."""
+"""Why the GPU waits, and what holds its memory, as figures: the window, GPU busy and idle with
+idle's split, sync and host time; the memory peak. The one reading of the profile's `window`,
+`gpu_idle` and `memory` meta (written by both collectors: collectors/record/, the Kineto
+importer) that every view shows."""
 
 from __future__ import annotations
 
@@ -69,4 +70,51 @@ def waits(profile: Profile) -> Waits:
             out.idle_parts[k] = out.idle_parts.get(k, 0) + int(gi.get(k, 0))
         for k, v in (gi.get("skipped") or {}).items():
             out.skipped[k] = out.skipped.get(k, 0) + int(v)
+    return out
+
+
+@dataclass
+class MemoryPeak:
+    """The GPU memory headline: the allocated peak (summed over devices and ranks), the reserved
+    peak, where and when the largest one was reached, the bytes of CUDA-graph pools, what was
+    allocated before the recording, and the allocated series over time (bytes, for a sparkline)."""
+
+    peak_allocated: int
+    peak_reserved: int = 0
+    peak_at: str = ""
+    peak_step: int | None = None
+    graph_pools: int = 0
+    before_recording: int = 0
+    series: list[int] = field(default_factory=list)
+    oom: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved, "peak_at": self.peak_at,
+                "peak_step": self.peak_step, "graph_pools": self.graph_pools,
+                "before_recording": self.before_recording}
+
+
+def memory_peak(profile: Profile) -> MemoryPeak | None:
+    """The profile's memory headline, None when it recorded no GPU memory."""
+    metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
+    out: MemoryPeak | None = None
+    best = -1
+    for m in metas:
+        mem = m.get("memory")
+        if not isinstance(mem, dict) or not mem.get("peak_allocated"):
+            continue
+        peak = int(mem["peak_allocated"])
+        if out is None:
+            out = MemoryPeak(0)
+        out.peak_allocated += peak
+        out.peak_reserved += int(mem.get("peak_reserved") or 0)
+        out.graph_pools += int(mem.get("graph_pools") or 0)
+        out.before_recording += int(mem.get("before_recording") or 0)
+        if peak > best:
+            best = peak
+            out.peak_at, out.peak_step = str(mem.get("peak_at") or ""), mem.get("peak_step")
+            out.oom = mem.get("oom")
+    if out is not None and len(metas) == 1:
+        tl = profile.meta.get("timeline") or {}
+        out.series = [int(v) for v in tl.get("allocated") or []]
     return out

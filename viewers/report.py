@@ -11,11 +11,11 @@ import numpy as np
 from dlpt.findings import findings
 from dlpt.frames import Frame, short_path
 from dlpt.hotspots import summary
-from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, metric_column, metric_unit
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, fmt_bytes, metric_column, metric_unit
 from dlpt.profile import Profile
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.views import bottom_up, flat
-from dlpt.waits import waits
+from dlpt.waits import memory_peak, waits
 
 
 @dataclass
@@ -55,7 +55,7 @@ def header(profile: Profile, metric: str) -> list[str]:
     lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
     if tot[COL["cpu_time"]]:
         lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
-    lines += wait_lines(profile)
+    lines += wait_lines(profile) + memory_lines(profile)
     col = metric_column(metric)
     total = int(tot[col])
     if total:
@@ -94,6 +94,44 @@ def wait_lines(profile: Profile) -> list[str]:
     if w.skipped:
         lines.append("note: idle analysis skipped " + ", ".join(f"{v} {k}" for k, v in w.skipped.items()))
     return lines
+
+
+def memory_lines(profile: Profile) -> list[str]:
+    """The GPU memory headline (dlpt.waits.memory_peak): `GPU memory: peak 1.62 GiB allocated
+    (reserved 2.00 GiB) at step 12, line model.py:88`, and allocated memory over the run as a
+    sparkline, its peak marked."""
+    m = memory_peak(profile)
+    if m is None:
+        return []
+    text = f"GPU memory: peak {fmt_bytes(m.peak_allocated)} allocated (reserved {fmt_bytes(m.peak_reserved)})"
+    if m.peak_step is not None:
+        text += f" at step {m.peak_step}"
+    if m.peak_at:
+        text += f", line {safe_text(m.peak_at)}"
+    extra = []
+    if m.graph_pools:
+        extra.append(f"CUDA-graph pools {fmt_bytes(m.graph_pools)}")
+    if m.before_recording:
+        extra.append(f"{fmt_bytes(m.before_recording)} allocated before the recording")
+    lines = [text + (f" ({'; '.join(extra)})" if extra else "")]
+    if len(m.series) > 1:
+        lines.append(f"  allocated over the run {sparkline(m.series, 60)}  (▲ at the peak)")
+    if m.oom:
+        lines.append(f"  out of memory: {fmt_bytes(int(m.oom.get('requested', 0)))} asked for; live by line at "
+                     "the failure in meta['memory']['oom']")
+    return lines
+
+
+def sparkline(values: list[int], width: int) -> str:
+    """Values as block characters, `width` wide (each the maximum of its stretch), the peak's
+    position marked with ▲."""
+    blocks = "▁▂▃▄▅▆▇█"
+    n = len(values)
+    cols = [max(values[i * n // width:max((i + 1) * n // width, i * n // width + 1)]) for i in range(min(width, n))]
+    top = max(cols) or 1
+    chars = [blocks[min(int(v / top * (len(blocks) - 1) + 0.5), len(blocks) - 1)] for v in cols]
+    chars[cols.index(max(cols))] = "▲"
+    return "".join(chars)
 
 
 def compile_lines(profile: Profile) -> list[str]:

@@ -24,7 +24,7 @@ from dlpt.output import write_output
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
-from dlpt.viewers.report import wait_lines
+from dlpt.viewers.report import memory_lines, wait_lines
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.panedata import LibraryViews, device_names, kind_totals, program_name
@@ -293,7 +293,7 @@ class DlptApp(App[int]):
         if tot["cpu_time"]:
             t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
-        for line in wait_lines(prof):  # why the GPU waits: wall, busy, idle and its split, sync
+        for line in wait_lines(prof) + memory_lines(prof):  # why the GPU waits; what holds its memory
             t.append(line + "\n")
         # The views as tabs with their keys, the current one highlighted.
         for key, view in self.VIEW_KEYS:
