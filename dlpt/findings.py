@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from dlpt.frames import is_library
+from dlpt.frames import is_library, short_path
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.profile import Profile
 from dlpt.transforms import nearest_marked, propagate_down
@@ -137,6 +137,9 @@ def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     wall = w.wall or w.device_time
     if not wall or w.sync_time < SYNC_WALL_SHARE * wall:
         return None
+    share = w.busy_share
+    if share is not None and share > GPU_BUSY_ABOVE:
+        return None  # the GPU stays busy while the host waits: the wait costs nothing
     per_line = lines.sums(_col(profile, "sync_time").astype(np.float64))
     top = lines.top(per_line, at_least=SYNC_LINE_SHARE * wall)
     if not top:
@@ -145,7 +148,7 @@ def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     return Finding(
         "sync-in-loop", top,
         f"the host waited for the GPU {w.sync_time / wall:.1%} of the wall time ({_t(w.sync_time)}); "
-        f"{top[0]}: {_t(first)}",
+        f"{short_path(top[0].rpartition(':')[0])}:{top[0].rpartition(':')[2]}: {_t(first)}",
         "each .item(), .cpu(), .tolist(), print(tensor) or torch.cuda.synchronize() in the step loop "
         "stops the host until the GPU is done: keep values on the GPU (accumulate into a tensor) "
         "and read them every N steps, outside the loop")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.frames import FrameTable
+from dlpt.frames import FrameTable, is_library
 
 I64 = np.int64
 # The named row (kind `unattributed`) that holds memory allocated before the recording began.
@@ -153,19 +153,23 @@ def attribute(n_nodes: int, device: np.ndarray, addr: np.ndarray, nbytes: np.nda
 
 
 def node_place(parent: list[int], frame: list[int], frames: FrameTable, node: int) -> str:
-    """A node's place for a headline: its innermost source line (`file:line`), else, where there
+    """A node's place for a headline: its innermost source line outside library code (`file:line`;
+    the innermost library line where there is none), else, where there
     are no Python frames (a trace without stacks), its outermost op (`aten::linear`, not the
     `aten::empty` inside it), else its own name."""
     outer = ""
+    innermost = ""
     n = node
     while n > 0:
         f = frames[frame[n]]
         if f.has_source:
-            return f"{f.file}:{f.line}"
+            if not is_library(f):  # the user's line, as every view shows it with library frames hidden
+                return f"{f.file}:{f.line}"
+            innermost = innermost or f"{f.file}:{f.line}"
         if f.kind in ("op", "python", "unattributed"):
             outer = f.name
         n = parent[n]
-    return outer
+    return innermost or outer
 
 
 def running_total(device: np.ndarray, addr: np.ndarray, nbytes: np.ndarray, which: int) -> np.ndarray:

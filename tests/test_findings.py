@@ -72,6 +72,9 @@ def test_sync_in_loop_with_and_without(tmp_path):
     f = _rules(_loop(tmp_path, sync_us=15.0))["sync-in-loop"]
     assert f.lines == ["train.py:12"] and ".item()" in f.remedy
     assert "sync-in-loop" not in _rules(_loop(tmp_path))
+    # The same sync in a loop whose GPU stays busy (long kernels): waiting costs nothing there.
+    got = _rules(_loop(tmp_path, kernel_us=400.0, host_us=1.0, sync_us=15.0))
+    assert "gpu-bound" in got and "sync-in-loop" not in got
 
 
 def test_pageable_copies_with_and_without(tmp_path):

@@ -168,7 +168,15 @@ class Recorder:
             sample_ns = int(float(os.environ.get("DLPT_SAMPLE_US", "1000")) * 1000)
         except ValueError:
             sample_ns = 1_000_000
+        if self.cuda and self.step_count and self.torch.cuda.is_initialized():
+            # A --steps window opens on an empty GPU queue: work launched before it would keep the
+            # GPU busy unrecorded, and its first stretch would read as idle (start-up).
+            try:
+                self.torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a broken CUDA context: record what can be
+                pass
         self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""), sample_ns)
+        self.mod.memory_step(self.step_count)  # the peak's step counts from the program's steps
         self.on = True
         if self.device_error and not self.quiet:
             notice(f"no GPU activity will be recorded ({self.device_error}); recording host op time only"
