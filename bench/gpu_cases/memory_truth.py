@@ -17,6 +17,7 @@ profile with it line by line, exactly, and exits 1 on any difference.
 """
 
 import json
+import resource
 import sys
 from typing import Any
 
@@ -97,6 +98,9 @@ def run(out: str, loop: int = 20_000) -> None:
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
         "train": {"first": train_first, "last": train_last, "alloc_bytes": b1 - b0, "alloc_count": n1 - n0},
         "oom": {"line": oom_line, "held_line": oom_line - 3, "held_bytes": 64 * MIB},
+        # The process's peak resident memory, dlpt's included: run with two loop lengths to see
+        # that the profiler's memory does not grow with the number of allocations.
+        "loop": loop, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
     with open(out, "w") as fh:
         json.dump(truth, fh, indent=1)
