@@ -124,7 +124,14 @@ def short_path(path: str) -> str:
 
 
 _STDLIB = frozenset(sys.stdlib_module_names)
-_LIBRARY_PACKAGES = frozenset({"torch", "torchgen", "triton", "functorch", "dlpt", "_pytest", "pluggy"})
+# torch's own packages, and the packages torch runs on (imported by `import torch` or by
+# torch.compile: symbolic shapes, graphs, templates, locks): their frames are the machinery
+# beneath the user's line, as torch's are. Model code in other packages (transformers, timm,
+# torchvision) stays source.
+_LIBRARY_PACKAGES = frozenset({"torch", "torchgen", "triton", "functorch", "dlpt", "_pytest", "pluggy",
+                               "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec",
+                               "typing_extensions", "importlib_metadata", "pkg_resources", "setuptools",
+                               "_distutils_hack", "packaging", "numpy"})
 # dlpt's own runner frames in a profile recorded where dlpt lived elsewhere (another machine,
 # another checkout): its package layout is recognisable wherever it was installed.
 _DLPT_FILE = re.compile(r"/dlpt/(?:cli|api|__main__)\.py$|/dlpt/(?:commands|collectors|viewers)/[^/]+\.py$"

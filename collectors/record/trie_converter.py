@@ -212,13 +212,15 @@ class TrieConverter:
     @staticmethod
     def _files_worth_showing(prof: Profile) -> set[str]:
         """The files whose code a view of this profile may show: those of source frames with any
-        metric beneath them other than host_time, or with at least 1% of the host time. The
+        metric beneath them other than host_time and gpu_idle_time, or with at least 1% of either. The
         sampler sees every import and every library call the program makes; storing each
         third-party file it passed through would make a small profile megabytes of code."""
         inc = prof.cct.inclusive
-        host = inc[:, COL["host_time"]]
-        other = np.delete(inc, COL["host_time"], axis=1).any(axis=1)
-        keep = other | (host >= 0.01 * max(int(host[0]), 1))
+        sampled = [COL["host_time"], COL["gpu_idle_time"]]  # both follow the sampler everywhere it went
+        other = np.delete(inc, sampled, axis=1).any(axis=1)
+        keep = other.copy()
+        for c in sampled:
+            keep |= inc[:, c] >= 0.01 * max(int(inc[0, c]), 1)
         files = set()
         for fid in np.unique(prof.cct.frame[keep]).tolist():
             fr = prof.frames[fid]
