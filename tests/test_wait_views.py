@@ -1,0 +1,76 @@
+"""The wait and memory figures as every view shows them: report header, hotspots summary and
+report JSON agree with each other and with the profile's own totals, on real traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import dlpt
+from dlpt.metrics import COL
+from dlpt.waits import memory_peak, waits
+from tests.conftest import trace_path
+
+
+def _dlpt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", ["gpt_train", "copies", "resnet_infer"])
+def test_hotspots_summary_holds_the_waits_and_they_add_up(name: str) -> None:
+    path = str(trace_path(name))
+    prof = dlpt.load(path)
+    w = waits(prof)
+    doc = json.loads(_dlpt("export", path, "-f", "hotspots", "-o", "-").stdout)
+    s = doc["summary"]
+    assert s["wall_time"] == pytest.approx(w.wall / 1000, abs=1e-3)
+    assert s["gpu_busy_time"] + s["gpu_idle_time"] == pytest.approx(w.device_time / 1000, abs=1e-2)
+    assert sum(s["idle"].values()) == pytest.approx(s["gpu_idle_time"], abs=1e-2)
+    # The tree's idle is the summary's idle: lines plus the named start-up/unattributed rows.
+    assert int(prof.cct.exclusive[:, COL["gpu_idle_time"]].sum()) == w.idle
+    assert s["sync_time"] == pytest.approx(int(prof.cct.exclusive[:, COL["sync_time"]].sum()) / 1000, abs=1e-3)
+    assert isinstance(s["findings"], list)
+    for f in s["findings"]:
+        assert set(f) == {"rule", "lines", "figure", "remedy"}
+
+
+def test_report_header_and_json_agree(tmp_path) -> None:
+    path = str(trace_path("gpt_train"))
+    text = _dlpt("report", path, "--top", "3").stdout
+    w = waits(dlpt.load(path))
+    line = next(ln for ln in text.splitlines() if ln.startswith("wall "))
+    assert f"GPU busy {100.0 * w.busy / w.device_time:.1f}%" in line
+    doc = json.loads(_dlpt("report", path, "--format", "json").stdout)
+    assert doc["summary"]["gpu_idle_time"] == w.idle  # report JSON: integers in ns
+    if doc["summary"]["findings"]:
+        assert "\ndiagnosis\n" in text
+        for f in doc["summary"]["findings"]:
+            assert f"  {f['rule']}: " in text
+
+
+def test_memory_headline_and_summary_from_a_profile_memory_trace() -> None:
+    path = str(trace_path("gpt_train").parent / "hta_memory_rank1.json.gz")
+    prof = dlpt.load(path)
+    m = memory_peak(prof)
+    assert m is not None and m.peak_allocated == prof.meta["memory"]["peak_allocated"]
+    text = _dlpt("report", path, "--top", "2").stdout
+    head = next(ln for ln in text.splitlines() if ln.startswith("GPU memory: peak "))
+    assert "reserved" in head
+    assert any("allocated over the run" in ln and "▲" in ln for ln in text.splitlines())
+    doc = json.loads(_dlpt("export", path, "-f", "hotspots", "-o", "-", "--metric", "peak_bytes").stdout)
+    assert doc["summary"]["memory"]["peak_allocated"] == m.peak_allocated
+    # peak_bytes over the tree: the peak less what was allocated before the trace began, which
+    # is its own named row.
+    assert int(prof.cct.exclusive[:, COL["peak_bytes"]].sum()) == m.peak_allocated
+
+
+def test_no_figures_for_a_profile_without_them() -> None:
+    prof = dlpt.load("tests/data/cpu_train_small.dlpt")
+    w = waits(prof)
+    assert w.busy is None and w.idle is None
+    assert memory_peak(prof) is None
+    doc = json.loads(_dlpt("export", "tests/data/cpu_train_small.dlpt", "-f", "hotspots", "-o", "-").stdout)
+    assert doc["summary"]["gpu_idle_time"] is None and "memory" not in doc["summary"]
