@@ -163,3 +163,21 @@ def drop_subtrees(profile: Profile, drop: np.ndarray) -> Profile:
     acts = profile.activities
     return replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
                    activities=replace(acts, node=new_id[acts.node]))
+
+
+def fold_into_parents(profile: Profile, fold: np.ndarray) -> Profile:
+    """The profile without the `fold` nodes and their subtrees, each folded subtree's inclusive
+    metrics added to its parent's own: every total is kept, the tree gets smaller. For subtrees
+    with no activities (a folded node's GPU rows would lose their node)."""
+    cct = profile.cct
+    fold = propagate_down(cct, fold & (np.arange(len(fold)) > 0))
+    if not fold.any():
+        return profile
+    acts = profile.activities
+    if len(acts) and fold[acts.node].any():
+        raise ValueError("fold_into_parents: folded nodes hold activities")
+    tops = np.flatnonzero(fold & ~fold[np.maximum(cct.parent, 0)])
+    exc = cct.exclusive.copy()
+    np.add.at(exc, cct.parent[tops], cct.inclusive[tops])
+    exc[fold] = 0
+    return drop_subtrees(replace(profile, cct=CCT(cct.parent, cct.frame, exc)), fold)

@@ -107,7 +107,8 @@ def memory_lines(profile: Profile) -> list[str]:
     if m.peak_step is not None:
         text += f" at step {m.peak_step}"
     if m.peak_at:
-        text += f", line {safe_text(m.peak_at)}"
+        file, _, num = m.peak_at.rpartition(":")
+        text += f", line {safe_text(f'{short_path(file)}:{num}' if num.isdigit() else m.peak_at)}"
     extra = []
     if m.graph_pools:
         extra.append(f"CUDA-graph pools {fmt_bytes(m.graph_pools)}")

@@ -30,11 +30,12 @@ from dlpt.collectors.record.native import (
     Leaf,
     Snapshot,
 )
-from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, source_frame, unattributed_frame
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
 from dlpt.idle import blame, idle_column, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.profile import Profile
 from dlpt.sources import read_source
+from dlpt.transforms import fold_into_parents, prune_empty
 
 
 def leaf_frame(kind: int, name: str) -> Frame:
@@ -205,7 +206,7 @@ class TrieConverter:
                 self._idle(host, info["nmap"], out, meta)
             meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples,
                                     "late": host.sample_waits}
-        prof = build_profile(self.builder, self.frames, out, meta)
+        prof = fold_sampled_library(build_profile(self.builder, self.frames, out, meta))
         prof.sources.update(self.sources(prof))
         return prof
 
@@ -239,3 +240,22 @@ class TrieConverter:
             if text is not None:
                 out[f] = text
         return out
+
+
+FOLD_SHARE = 0.001
+
+
+def fold_sampled_library(prof: Profile) -> Profile:
+    """Library subtrees that only the sampler saw (host and idle time, nothing else) and that
+    hold under 0.1% of either fold into their caller: the sampler walks every import and every
+    call torch makes in Python, thousands of contexts a view would hide anyway, while their
+    time stays on the line that called them."""
+    cct = prof.cct
+    inc = cct.inclusive
+    sampled = [COL["host_time"], COL["gpu_idle_time"]]
+    only = ~np.delete(inc, sampled, axis=1).any(axis=1)
+    small = np.ones(len(cct), dtype=bool)
+    for c in sampled:
+        small &= inc[:, c] < FOLD_SHARE * max(int(inc[0, c]), 1)
+    lib = np.fromiter((is_library(f) for f in prof.frames), dtype=bool, count=len(prof.frames))[cct.frame]
+    return prune_empty(fold_into_parents(prof, only & small & lib))  # and the frames no node uses now
