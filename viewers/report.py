@@ -79,13 +79,17 @@ def wait_lines(profile: Profile) -> list[str]:
     (host 91%, sync 2%, start-up 7%) · sync 12.1 ms`; idle's parts are shares of the idle time."""
     w = waits(profile)
     parts: list[str] = []
+
+    def pct(v: float) -> str:  # a busy share of 0.04% is not "0.0%"
+        return f"{v:.2f}%" if 0 < v < 1 else f"{v:.1f}%"
+
     if w.wall is not None:
         parts.append(f"wall {fmt_time(w.wall)}")
     if w.busy is not None and w.device_time:
         idle = w.idle or 0
-        split = ", ".join(f"{k} {100.0 * v / idle:.1f}%" for k, v in w.idle_parts.items() if v and idle)
-        parts.append(f"GPU busy {100.0 * w.busy / w.device_time:.1f}%")
-        parts.append(f"idle {100.0 * idle / w.device_time:.1f}%" + (f" ({split})" if split else ""))
+        split = ", ".join(f"{k} {pct(100.0 * v / idle)}" for k, v in w.idle_parts.items() if v and idle)
+        parts.append(f"GPU busy {pct(100.0 * w.busy / w.device_time)}")
+        parts.append(f"idle {pct(100.0 * idle / w.device_time)}" + (f" ({split})" if split else ""))
     if w.sync_time:
         parts.append(f"sync {fmt_time(w.sync_time)}")
     if w.host_time and w.busy is None:
