@@ -371,6 +371,16 @@ def test_cli_view_missing_file(tmp_path) -> None:
     assert r.stderr.startswith("dlpt: ") and "nope.dlpt" in r.stderr
 
 
+def test_cli_view_without_a_terminal_refuses_at_once() -> None:
+    # stdin and stdout are pipes here, as in CI or `ssh host dlpt view ...`: the full-screen app
+    # would write escape codes and wait for keys forever.
+    r = subprocess.run([sys.executable, "-m", "dlpt", "view", "tests/data/gpu_train_small.dlpt"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.PIPE)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("dlpt: ") and len(r.stderr.splitlines()) == 1
+    assert "dlpt report tests/data/gpu_train_small.dlpt" in r.stderr
+
+
 # -- snapshots (pytest --snapshot-update regenerates them) --------------------------------------
 
 def _app() -> DlptApp:

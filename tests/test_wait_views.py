@@ -74,3 +74,17 @@ def test_no_figures_for_a_profile_without_them() -> None:
     assert memory_peak(prof) is None
     doc = json.loads(_dlpt("export", "tests/data/cpu_train_small.dlpt", "-f", "hotspots", "-o", "-").stdout)
     assert doc["summary"]["gpu_idle_time"] is None and "memory" not in doc["summary"]
+
+
+def test_report_header_names_the_steps_window(tmp_path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "prog.py").write_text(
+        "import torch\nw = torch.nn.Parameter(torch.ones(8))\nopt = torch.optim.SGD([w], lr=0.1)\n"
+        "for _ in range(5):\n    (w * 2).sum().backward()\n    opt.step()\n")
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "--steps", "1:3", "-o", "run.dlpt", "prog.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    first = _dlpt("report", str(tmp_path / "run.dlpt")).stdout.splitlines()[0]
+    assert first.endswith("· steps 1–2 (--steps 1:3)"), first
+    first = _dlpt("report", "tests/data/gpu_train_small.dlpt").stdout.splitlines()[0]
+    assert "steps" not in first.split("(recorded)")[1]  # no window: the whole run

@@ -51,6 +51,10 @@ def header(profile: Profile, metric: str) -> list[str]:
     src = profile.meta.get("command") or profile.path or ""
     kind = "recorded" if profile.collector == "record" else "Kineto trace"
     lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.get('command') else str(src))} ({kind})"]
+    steps = profile.meta.get("steps")
+    if isinstance(steps, list) and len(steps) == 2:
+        # A --steps window: every figure below covers those steps only.
+        lines[0] += f" · steps {steps[0]}–{steps[1] - 1} (--steps {steps[0]}:{steps[1]})"
     split = " · ".join(f"{k.label} {fmt_time(tot[COL[k.time]])}" for k in KIND_BREAKDOWN if tot[COL[k.time]])
     lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
     if tot[COL["cpu_time"]]:

@@ -31,6 +31,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from dlpt.errors import DlptError
+
+    # A full-screen app with no terminal (a pipe, CI, `ssh host cmd`) writes escape codes and
+    # waits for keys that never come: refuse, and name the command that prints the same views.
+    from dlpt.loader import input_files
+
+    for path in args.profile:
+        input_files(path)  # a missing input is said as such first
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise DlptError("dlpt view needs a terminal (stdin and stdout are not one); "
+                        f"for text use: dlpt report {' '.join(args.profile)}")
     # textual is imported only when the TUI runs, so the other commands start fast.
     from dlpt.viewers.tui import run_app
 
