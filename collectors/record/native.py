@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from dlpt.collectors.record.buildlock import build_lock
 from dlpt.errors import DlptError, notice
 from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 
@@ -243,14 +244,17 @@ def load(quiet: bool = False) -> Collector:
                                           " ".join(flags + ldflags).encode()])).hexdigest()[:12]
         name = f"dlpt_collector_{tag}"
         _clear_stale_lock(cpp_extension, name, quiet)
-        if not _built(cpp_extension, name):
-            _check_tools(cpp_extension)  # a build already made needs neither
-            if not quiet:
-                notice("building the native collector (once per torch version)…")
         try:
-            # with_cuda: cupti.h includes the CUDA driver API's header, which CUDA_HOME has.
-            mod = cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=flags, extra_ldflags=ldflags,
-                                     with_cuda=cupti is not None, verbose=False)
+            with build_lock(cpp_extension._get_build_directory(name, False), notice):
+                if not _built(cpp_extension, name):
+                    _check_tools(cpp_extension)  # a build already made needs neither
+                    if not quiet:
+                        notice("building the native collector (once per torch version)…")
+                # with_cuda: cupti.h includes the CUDA driver API's header, which CUDA_HOME has.
+                mod = cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=flags, extra_ldflags=ldflags,
+                                         with_cuda=cupti is not None, verbose=False)
+        except DlptError:
+            raise
         except Exception as e:  # noqa: BLE001 - the next variant, then one line saying why
             errors.append(e)
             continue
