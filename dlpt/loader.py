@@ -16,6 +16,8 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
         raise DlptError(f"{path}: no such file or directory")
     if os.path.isfile(path) and is_profile_file(path):
         return load(path)
+    if os.path.isfile(path):
+        _not_a_trace(path)
     from dlpt.collectors.kineto import import_traces
 
     with progress_for(progress) as prog:
@@ -27,6 +29,29 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
         notice(f"warning: {path}: skipped {skipped:,} malformed events")
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
+
+
+def _not_a_trace(path: str) -> None:
+    """Name what a file that is no dlpt profile is, where it plainly is no trace either: an empty
+    or damaged `.dlpt`, a Python file, other text. Anything that may be JSON (or gzip) goes on
+    to the trace reader, which says what is wrong inside it."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    name = os.path.basename(path)
+    if name.endswith(".dlpt"):
+        if not head:
+            raise DlptError(f"{path}: an empty dlpt profile (0 bytes): the recording ended before its first save; "
+                            "record it again")
+        raise DlptError(f"{path}: a damaged dlpt profile (its header is not a dlpt profile's): "
+                        "record or import it again")
+    if not head:
+        raise DlptError(f"{path}: the file is empty; expected a dlpt profile or a Kineto trace")
+    if head[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff") or head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):
+        return  # gzip, UTF-16 or JSON: a trace, or a damaged one the trace reader describes
+    if name.endswith((".py", ".pyw")) or head.startswith(b"#!") or b"import " in head:
+        raise DlptError(f"{path}: a Python file, not a profile; to profile it: dlpt record {path}")
+    raise DlptError(f"{path}: neither a dlpt profile nor a Kineto trace (a trace is JSON: "
+                    "torch.profiler's export_chrome_trace, or on_trace_ready=tensorboard_trace_handler)")
 
 
 def input_files(path: str) -> list[str]:
