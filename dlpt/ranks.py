@@ -220,12 +220,14 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     comm = np.array([t["comm"] for t in totals], dtype=np.int64)
     s = int(np.argmax(compute))
     others = np.delete(np.arange(len(ranks)), s)
-    excess = int(compute[s] - np.median(compute[others]))
+    median = float(np.median(compute[others]))
+    excess = int(compute[s] - median)
     share = excess / compute[s] if compute[s] > 0 else 0.0
     out: dict[str, Any] = {
         "rank": ranks[s], "metric": metric, "straggler": bool(compute[s] > 0 and share >= STRAGGLER_MIN_SHARE),
         "compute": {str(r): int(c) for r, c in zip(ranks, compute)},
-        "excess": excess, "excess_percent": round(100.0 * share, 3),
+        # "X% more than the median of the others": the excess against that median, as said.
+        "excess": excess, "excess_percent": round(100.0 * excess / median, 3) if median > 0 else None,
         "comm_wait": None, "mirrored": None, "line": None,
     }
     if comm.any():

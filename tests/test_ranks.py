@@ -269,3 +269,17 @@ def test_tui_opens_several_paths_and_one_rank(tmp_path):
 
     assert asyncio.run(total(None)) == 1900
     assert asyncio.run(total(1)) == 1400
+
+
+def test_straggler_percent_is_against_the_median_of_the_others(tmp_path):
+    # Rank 1 computes 1363 us to rank 0's 1000 us: 36.3% more than the others' median (the rule's
+    # own share, 363 of rank 1's 1363, is 26.6%: the wording says the former).
+    a = gpu_profile({10: [("gemm", 1000)]}, rank=0)
+    b = gpu_profile({10: [("gemm", 1363)]}, rank=1)
+    v = straggler(merge_profiles([a, b]), "gpu_time")
+    assert v is not None and v["rank"] == 1 and v["excess_percent"] == pytest.approx(36.3)
+    save(a, str(tmp_path / "r0.dlpt"))
+    save(b, str(tmp_path / "r1.dlpt"))
+    r = subprocess.run([sys.executable, "-m", "dlpt", "report", str(tmp_path / "r0.dlpt"), str(tmp_path / "r1.dlpt")],
+                       capture_output=True, text=True, timeout=120)
+    assert "(36.3%) more than the median of the others" in r.stdout, r.stdout

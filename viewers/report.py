@@ -177,10 +177,15 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
         return lines  # nothing computed in this metric: no rank is slower than another
     slow = f"rank {v['rank']}"
     if not v["straggler"]:
-        lines.append(f"ranks balanced: the slowest, {slow}, computes {v['excess_percent']:.1f}% more than the "
-                     f"median of the others (a straggler needs {100 * STRAGGLER_MIN_SHARE:.0f}%)")
+        # The rule holds the excess to a share of the slowest rank's compute; said against the
+        # others' median, as the excess is, that share is MIN / (1 - MIN).
+        need = 100 * STRAGGLER_MIN_SHARE / (1 - STRAGGLER_MIN_SHARE)
+        pct = f"{v['excess_percent']:.1f}%" if v["excess_percent"] is not None else "infinitely"
+        lines.append(f"ranks balanced: the slowest, {slow}, computes {pct} more than the "
+                     f"median of the others (a straggler needs {need:.1f}%)")
         return lines
-    text = (f"straggler: {slow} computes {fmt_metric(metric, v['excess'])} ({v['excess_percent']:.1f}%) more "
+    pct = f" ({v['excess_percent']:.1f}%)" if v["excess_percent"] is not None else ""
+    text = (f"straggler: {slow} computes {fmt_metric(metric, v['excess'])}{pct} more "
             "than the median of the others")
     if v["line"]:
         ln = v["line"]
