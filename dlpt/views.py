@@ -12,6 +12,7 @@ import numpy as np
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
+from dlpt.transforms import propagate_down
 
 if TYPE_CHECKING:
     # Annotations only: views take the profile they are given (dlpt.profile's conveniences
@@ -174,3 +175,13 @@ def bottom_up(profile: Profile) -> Profile:
     exc[0] += cct.exclusive[0]
     # Activities refer to top-down nodes, which an inverted tree does not have.
     return replace(profile, cct=CCT(bparent, bframe, exc), activities=type(profile.activities).empty())
+
+
+def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(has a source line on its path, lies under a `[backward]` marker) for every node."""
+    kinds = np.array([f.kind for f in profile.frames], dtype=object)
+    src = np.array([f.has_source for f in profile.frames], dtype=bool)
+    cct = profile.cct
+    on_src = propagate_down(cct, src[cct.frame])
+    in_bwd = propagate_down(cct, (kinds == "backward")[cct.frame])
+    return on_src, in_bwd

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, TextIO
 
 from dlpt.profile import Profile, default_metric
+from dlpt.scope import Scope
 
 
 @dataclass
@@ -15,6 +16,12 @@ class ExportOptions:
     top: int = 20
     include_library: bool = False
     include_compile: bool = False  # rank torch.compile's one-off work in hotspots (trees always keep it)
+
+    @property
+    def scope(self) -> Scope:
+        """The export's one decision on library frames and torch.compile's work; tree formats
+        use `scope.for_trees()`."""
+        return Scope(self.include_library, self.include_compile)
 
     def metric_for(self, profile: Profile) -> str:
         return self.metric or default_metric(profile)

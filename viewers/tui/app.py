@@ -3,7 +3,6 @@ library frames, filtering) runs in thread workers; the UI thread only formats vi
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
-from dlpt.output import write_output
+from dlpt.output import write_json, write_output
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
@@ -454,7 +453,7 @@ class DlptApp(App[int]):
     def action_export(self) -> None:
         if self.base is None or self.busy:
             return
-        from dlpt.hotspots import hotspots
+        from dlpt.viewers.hotspots import hotspots
 
         prof, metric, lib = self.base, self.metric, self.include_library
         out = export_path(prof.path or self.path or "")
@@ -462,7 +461,7 @@ class DlptApp(App[int]):
 
         def job() -> str:
             doc = hotspots(prof, metric=metric, top=20, include_library=lib)
-            write_output(out, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+            write_output(out, lambda f: write_json(f, doc))
             return out
 
         def done(path: str) -> None:

@@ -20,7 +20,7 @@ from textual.strip import Strip
 
 from dlpt.metrics import COL
 from dlpt.viewers.format import bar, fmt_metric
-from dlpt.viewers.tui.rows import KIND_COLUMNS, Outline, fit_label
+from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
 CODE_MARK = "  ▸ "
@@ -127,7 +127,7 @@ class TreeTable(ScrollView, can_focus=True):
         cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
                                             (src.secondary_name if src else "self", "secondary", VALUE_W)]
         # Several ranks, flat view: each row's spread over the ranks, before the per-kind columns.
-        if src is not None and hasattr(src, "per_rank") and src.per_rank(COL[self.metric]) is not None:
+        if isinstance(src, FlatRows) and src.per_rank(COL[self.metric]) is not None:
             cols += [("min", "rank:min", VALUE_W), ("median", "rank:median", VALUE_W),
                      ("max", "rank:max", VALUE_W), ("rank", "rank:which", 5)]
         for head, m in KIND_COLUMNS:
@@ -222,7 +222,7 @@ class TreeTable(ScrollView, can_focus=True):
                 v = int(src.secondary(k1, col)[0])
                 cell = fmt_metric(self.metric, v) if v else ""
             elif role.startswith("rank:"):
-                spread = src.rank_spread(key, col)  # type: ignore[attr-defined]
+                spread = src.rank_spread(key, col) if isinstance(src, FlatRows) else None
                 i = ("rank:min", "rank:median", "rank:max", "rank:which").index(role)
                 if spread is None or not spread[2]:
                     cell = ""
