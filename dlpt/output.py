@@ -112,7 +112,7 @@ def unlink_quietly(path: str) -> None:
         pass
 
 
-def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
+def write_output(path: str | None, write: Callable[[TextIO], object]) -> None:
     """Write text to `path` atomically (temporary file, then rename), or to stdout for None or '-'."""
     if path in (None, "-"):
         write(sys.stdout)

@@ -103,9 +103,9 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
     todo = np.flatnonzero(owner < 0)[1:] if n > 1 else np.zeros(0, dtype=np.int64)
     anc = cct.parent[todo]
     while len(todo):
-        g = node_group[anc]
-        done = (g >= 0) | (anc <= 0)
-        owner[todo[done]] = np.where(anc[done] > 0, g[done], -1)
+        anc_group = node_group[anc]
+        done = (anc_group >= 0) | (anc <= 0)
+        owner[todo[done]] = np.where(anc[done] > 0, anc_group[done], -1)
         todo, anc = todo[~done], cct.parent[anc[~done]]
     none = len(labels)
     G = none + 1

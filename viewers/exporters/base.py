@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from dlpt.profile import Profile, default_metric
 from dlpt.scope import Scope
@@ -28,8 +28,9 @@ class ExportOptions:
 
 
 class Exporter(Protocol):
-    name: ClassVar[str]
-    suffix: ClassVar[str]
-    description: ClassVar[str]
+    # Class attributes of each exporter (read from the class by `dlpt export --help`).
+    name: str
+    suffix: str
+    description: str
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None: ...

@@ -92,7 +92,7 @@ def speedscope_document(prof: Profile, metric: str | None = None) -> dict[str, A
     # Only frames that appear somewhere are listed; shared_index maps frame id → list index.
     used = np.unique(cct.frame).tolist()
     shared_index = [-1] * len(prof.frames)
-    frames = []
+    frames: list[dict[str, Any]] = []
     for fi in used:
         shared_index[fi] = len(frames)
         frames.append(_frame(prof.frames[fi]))

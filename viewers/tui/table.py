@@ -44,7 +44,7 @@ class TreeTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "page down", show=False),
         Binding("home", "jump(0)", "top", show=False),
         Binding("end", "jump(-1)", "bottom", show=False),
-        Binding("enter,space", "toggle", "expand", show=False),
+        Binding("enter,space", "toggle_row", "expand", show=False),
         Binding("right", "open", "open", show=False),
         Binding("left", "close", "close", show=False),
     ]
@@ -282,7 +282,7 @@ class TreeTable(ScrollView, can_focus=True):
     def action_jump(self, where: int) -> None:
         self.move_to(0 if where == 0 else (len(self.outline) - 1 if self.outline is not None else 0))
 
-    def action_toggle(self) -> None:
+    def action_toggle_row(self) -> None:
         if self.outline is not None and len(self.outline) and self.outline.toggle(self.cursor):
             self.structure_changed()
 
@@ -315,4 +315,4 @@ class TreeTable(ScrollView, can_focus=True):
         indent = self._indent_unit(self._name_width()) * min(int(o.depth[r]), 30) if o.rows.is_tree else 0
         # A double click, or a click on the ▸/▾ mark, opens or closes the row.
         if event.chain >= 2 or indent <= event.x + int(self.scroll_offset.x) < indent + 2:
-            self.action_toggle()
+            self.action_toggle_row()
