@@ -307,9 +307,9 @@ def gpu_cases(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     names = a.cases or sorted(f[:-3] for f in os.listdir(CASES_DIR) if f.endswith(".py"))
     import dlpt
-    from dlpt.hotspots import summary
     from dlpt.metrics import COL
     from dlpt.transforms import hide_library_unless
+    from dlpt.viewers.hotspots import summary
     from dlpt.views import flat
 
     out = rl.out_dir()

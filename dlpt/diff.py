@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from dlpt.compile_time import compile_apart
 from dlpt.frames import Frame, short_kernel_name, short_path
-from dlpt.metrics import COL, METRICS, metric_column, metric_unit
+from dlpt.metrics import COL, metric_column
 from dlpt.profile import Profile, default_metric
-from dlpt.transforms import hide_library_unless
+from dlpt.scope import Scope
 from dlpt.views import GROUPINGS, check_view, flat
-
-SCHEMA = "dlpt.diff/1"
 
 
 @dataclass
@@ -189,14 +185,15 @@ def _name(p: Profile) -> str:
 
 
 def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None = None,
-                  include_library: bool = False, include_compile: bool = False) -> Diff:
+                  scope: Scope = Scope()) -> Diff:
     """Match the flat views of `a` (before) and `b` (after) and compute the deltas of `metric`;
     rows sorted by absolute delta, largest first (ties: larger value first, then label)."""
     check_view("flat", by)
     metric = metric or default_metric(a, b)
     col = metric_column(metric)
-    # torch.compile's one-off work differs run to run (a warm cache): ignored unless asked for.
-    pa, pb = (hide_library_unless(compile_apart(p, include_compile), include_library) for p in (a, b))
+    # torch.compile's one-off work differs run to run (a warm cache): ignored unless the scope
+    # asks for it.
+    pa, pb = scope.apply(a), scope.apply(b)
     ea, eb = entries(pa, by), entries(pb, by)
     rows = []
     for i, j, how in match(ea, eb, by):
@@ -220,42 +217,4 @@ def row_label(row: DiffRow, by: str) -> str:
     return e.label
 
 
-def _side(e: Entry | None) -> dict[str, Any] | None:
-    if e is None:
-        return None
-    f = e.frame
-    return {"label": e.label, "kind": f.kind, "file": f.file, "line": f.line, "function": f.function}
-
-
-def diff_json(d: Diff, top: int | None = None) -> dict[str, Any]:
-    """The `dlpt.diff/1` document: integer values in the metric's unit, totals of every metric
-    for each run, and the rows (all of them when `top` is None or 0)."""
-    rows = d.rows[:top] if top else d.rows
-    col = COL[d.metric]
-
-    def totals(t: np.ndarray) -> dict[str, int]:
-        return {m: int(t[COL[m]]) for m in METRICS}
-
-    counts: dict[str, int] = {}
-    for r in d.rows:
-        counts[r.match] = counts.get(r.match, 0) + 1
-    before, after = int(d.a_total[col]), int(d.b_total[col])
-    return {
-        "schema": SCHEMA, "by": d.by, "metric": d.metric, "unit": metric_unit(d.metric),
-        "units": {m: metric_unit(m) for m in METRICS},
-        "a": {"path": d.a_name, "total": totals(d.a_total)},
-        "b": {"path": d.b_name, "total": totals(d.b_total)},
-        "before": before, "after": after, "delta": after - before,
-        "percent": round(100.0 * (after - before) / before, 3) if before else None,
-        "matched": counts,
-        "rows": [{
-            "label": row_label(r, d.by), "match": r.match,
-            "before": r.before, "after": r.after, "delta": r.delta,
-            "percent": None if r.percent is None else round(r.percent, 3),
-            "a": _side(r.a), "b": _side(r.b),
-            "code": (r.b or r.a).code if (r.b or r.a) else "",  # type: ignore[union-attr]
-        } for r in rows],
-    }
-
-
-__all__ = ["GROUPINGS", "SCHEMA", "Diff", "DiffRow", "diff_json", "diff_profiles", "row_label"]
+__all__ = ["GROUPINGS", "Diff", "DiffRow", "diff_profiles", "row_label"]

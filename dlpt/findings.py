@@ -111,6 +111,7 @@ def launch_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         return None
     host_share = w.idle_parts.get("host", 0) / w.idle
     a = profile.activities
+    assert a.count is not None  # Activities fills it in
     k = a.kind == KERNEL
     count = a.count[k]
     short = a.duration[k] < SHORT_KERNEL_NS * np.maximum(count, 1)  # a row's mean duration
@@ -170,7 +171,7 @@ def pageable_copies(profile: Profile, w: Waits, lines: _Lines) -> Finding | None
     return Finding(
         "pageable-copies", lines.top(lines.sums(per_node)),
         f"host-to-device copies from pageable memory {_t(total)} ({total / wall:.1%} of the wall time, "
-        f"{nbytes / 2**20:.1f} MiB in {int(a.count[sel].sum())} copies)",
+        f"{nbytes / 2**20:.1f} MiB in {int(a.count[sel].sum()) if a.count is not None else int(sel.sum())} copies)",
         "copies from pageable memory are staged and block the host: pin the source "
         "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)")
 

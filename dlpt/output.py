@@ -8,6 +8,7 @@ exports, diffs) with `write_output`. Both name their temporary files the same wa
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import socket
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import zlib
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from dlpt.errors import DlptError
 
@@ -111,7 +112,7 @@ def unlink_quietly(path: str) -> None:
         pass
 
 
-def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
+def write_output(path: str | None, write: Callable[[TextIO], object]) -> None:
     """Write text to `path` atomically (temporary file, then rename), or to stdout for None or '-'."""
     if path in (None, "-"):
         write(sys.stdout)
@@ -146,3 +147,13 @@ def write_output(path: str | None, write: Callable[[TextIO], None]) -> None:
     except BaseException:
         unlink_quietly(tmp)
         raise
+
+
+def write_json(out: TextIO, doc: Any, compact: bool = False) -> None:
+    """The one way dlpt writes a JSON document: UTF-8 text as is, one space of indent (compact:
+    no whitespace, for formats that repeat every key at every node), and a final newline."""
+    if compact:
+        json.dump(doc, out, ensure_ascii=False, separators=(",", ":"))
+    else:
+        json.dump(doc, out, indent=1, ensure_ascii=False)
+    out.write("\n")

@@ -8,8 +8,9 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -136,6 +137,29 @@ def per_rank_groups(profile: Profile, owner: np.ndarray, n_groups: int, values: 
     flat_index = own[sel] * R + ridx[sel]
     m = np.bincount(flat_index, weights=values[sel], minlength=n_groups * R).astype(np.int64)
     return ranks, m.reshape(n_groups, R)
+
+
+def rank_values(profile: Profile, owner: np.ndarray, n_groups: int,
+                values: np.ndarray) -> tuple[list[int], np.ndarray] | None:
+    """`per_rank_groups` when the profile holds several ranks, None for one: the per-rank
+    columns of every view (report, hotspots, TUI)."""
+    if not is_multi_rank(profile):
+        return None
+    return per_rank_groups(profile, owner, n_groups, values)
+
+
+class RankSpread(NamedTuple):
+    low: int
+    median: float
+    high: int
+    rank: int  # the rank that has `high` (the first, on a tie)
+
+
+def rank_spread(ranks: Sequence[int], values: Sequence[int] | np.ndarray) -> RankSpread:
+    """(min, median, max, the rank with the max) of one group's values on each rank."""
+    vals = np.asarray(values, dtype=np.int64)
+    k = int(np.argmax(vals))
+    return RankSpread(int(vals.min()), float(np.median(vals)), int(vals[k]), int(ranks[k]))
 
 
 def comm_values(profile: Profile, metric: str) -> np.ndarray:

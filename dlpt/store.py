@@ -30,6 +30,9 @@ from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collecti
 from dlpt.output import fsync_path, make_temp, new_file_mode, remove_temp_files, unlink_quietly
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
+# sqlite3.SQLITE_FULL exists from Python 3.11 on; dlpt runs on 3.10 too.
+_SQLITE_FULL = 13
+
 # 2: activity rows carry `count` (a recording aggregates them); version 1 files read as count 1.
 # 3: the comm_time metric column; the `metrics` meta key names the columns of `exclusive`.
 # Earlier profiles still open: their columns are METRICS_V1, and comm_time comes from their
@@ -140,7 +143,7 @@ def save(profile: Profile, path: str, force: bool = True) -> None:
         except OSError:
             pass  # the profile is in place; a directory that cannot be synced is no error
     except sqlite3.Error as e:
-        full = getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(e)
+        full = getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL or "full" in str(e)
         raise DlptError(_no_space(path, directory) if full else f"cannot write {path}: {e}") from None
     except OSError as e:
         if tmp is None and not os.path.isdir(directory):
@@ -252,7 +255,8 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         dt, _, shape = dtype.partition(":")
         dims = tuple(int(x) for x in shape.split(",") if x)
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
-    act = Activities(*(arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS))  # no count: version 1
+    columns: list[Any] = [arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS]  # no count: version 1
+    act = Activities(*columns)
     exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act, path)
     cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):

@@ -128,7 +128,7 @@ def prune_empty(profile: Profile) -> Profile:
     recorded compile — without changing any total. Preorder survives: a kept node's ancestors
     are kept (their inclusive metrics are at least its own)."""
     cct = profile.cct
-    keep = cct.inclusive.any(axis=1)
+    keep = np.asarray(cct.inclusive.any(axis=1), dtype=bool)
     keep[0] = True
     acts = profile.activities
     if keep.all():

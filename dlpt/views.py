@@ -12,6 +12,7 @@ import numpy as np
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
+from dlpt.transforms import propagate_down
 
 if TYPE_CHECKING:
     # Annotations only: views take the profile they are given (dlpt.profile's conveniences
@@ -102,9 +103,9 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
     todo = np.flatnonzero(owner < 0)[1:] if n > 1 else np.zeros(0, dtype=np.int64)
     anc = cct.parent[todo]
     while len(todo):
-        g = node_group[anc]
-        done = (g >= 0) | (anc <= 0)
-        owner[todo[done]] = np.where(anc[done] > 0, g[done], -1)
+        anc_group = node_group[anc]
+        done = (anc_group >= 0) | (anc <= 0)
+        owner[todo[done]] = np.where(anc[done] > 0, anc_group[done], -1)
         todo, anc = todo[~done], cct.parent[anc[~done]]
     none = len(labels)
     G = none + 1
@@ -174,3 +175,13 @@ def bottom_up(profile: Profile) -> Profile:
     exc[0] += cct.exclusive[0]
     # Activities refer to top-down nodes, which an inverted tree does not have.
     return replace(profile, cct=CCT(bparent, bframe, exc), activities=type(profile.activities).empty())
+
+
+def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(has a source line on its path, lies under a `[backward]` marker) for every node."""
+    kinds = np.array([f.kind for f in profile.frames], dtype=object)
+    src = np.array([f.has_source for f in profile.frames], dtype=bool)
+    cct = profile.cct
+    on_src = propagate_down(cct, src[cct.frame])
+    in_bwd = propagate_down(cct, (kinds == "backward")[cct.frame])
+    return on_src, in_bwd

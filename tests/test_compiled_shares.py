@@ -16,9 +16,9 @@ import pytest
 
 from dlpt.compile_time import compile_apart, compile_roots
 from dlpt.frames import FUSED_PREFIX
-from dlpt.hotspots import hotspots
 from dlpt.metrics import COL
 from dlpt.store import load
+from dlpt.viewers.hotspots import hotspots
 from dlpt.viewers.tui.detail import fused_note
 
 R, C = 64, 256  # x is viewed as (R, C), then permuted

@@ -11,11 +11,11 @@ import pytest
 from conftest import synthetic_profile, trace_path
 
 import dlpt
-from dlpt.diff import diff_json, diff_profiles
+from dlpt.diff import diff_profiles
 from dlpt.frames import Frame
 from dlpt.metrics import COL
 from dlpt.profile import Profile
-from dlpt.viewers.diff import render_text
+from dlpt.viewers.diff import diff_json, render_text
 from dlpt.views import GROUPINGS
 
 

@@ -7,9 +7,9 @@ import pytest
 from conftest import TRACE_NAMES, raw_events, trace_path
 
 import dlpt
-from dlpt.hotspots import hotspots, summary
 from dlpt.metrics import COL, METRICS
 from dlpt.transforms import hide_library, hide_library_unless
+from dlpt.viewers.hotspots import hotspots, summary
 from dlpt.views import GROUPINGS, bottom_up, flat
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

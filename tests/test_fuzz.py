@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import dlpt
 from dlpt.errors import DlptError
-from dlpt.hotspots import hotspots
 from dlpt.metrics import COL
 from dlpt.store import save
 from dlpt.transforms import hide_library_unless
+from dlpt.viewers.hotspots import hotspots
 from dlpt.viewers.report import ReportOptions, render
 from dlpt.views import GROUPINGS, bottom_up, flat
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import dlpt
-from dlpt.hotspots import summary
 from dlpt.metrics import COL
 from dlpt.transforms import hide_library_unless
+from dlpt.viewers.hotspots import summary
 from dlpt.views import flat
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from conftest import DATA, FIXTURES, TRACE_NAMES, trace_path
 
 import dlpt
 from dlpt.collectors.kineto import import_traces
-from dlpt.hotspots import summary
 from dlpt.metrics import COL, is_collective
 from dlpt.transforms import hide_library_unless
+from dlpt.viewers.hotspots import summary
 from dlpt.views import GROUPINGS, flat, group_key
 
 # Profiles `dlpt record` wrote on an H100 (bench/gpu_proof.py, in commit 5dcdc3f; `bench/run.py gpu-cases`).

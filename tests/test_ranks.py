@@ -16,12 +16,12 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
-from dlpt.hotspots import hotspots
 from dlpt.loader import open_profile, open_profiles
 from dlpt.merge import merge_profiles
 from dlpt.metrics import COL, KERNEL, METRICS, METRICS_V1, is_collective
 from dlpt.ranks import default_output, rank_info, rank_nodes, rank_output, select_rank, straggler
 from dlpt.store import load, save
+from dlpt.viewers.hotspots import hotspots
 
 
 def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:

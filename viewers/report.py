@@ -10,10 +10,11 @@ import numpy as np
 
 from dlpt.findings import findings
 from dlpt.frames import Frame, short_path
-from dlpt.hotspots import summary
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, fmt_bytes, metric_column, metric_unit
 from dlpt.profile import Profile
+from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
+from dlpt.viewers.hotspots import summary
 from dlpt.views import bottom_up, flat
 from dlpt.waits import memory_peak, waits
 
@@ -274,7 +275,7 @@ def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = Non
     col = metric_column(opts.metric)
     total = int(profile.cct.exclusive[:, col].sum())
     order = np.argsort(-fv.exclusive[:, col], kind="stable")
-    spread = _rank_values(profile, fv.owner, len(fv.labels), col)
+    spread = rank_values(profile, fv.owner, len(fv.labels), profile.cct.exclusive[:, col])
     rows = []
     for g in order.tolist():
         if fv.exclusive[g, col] <= 0 and fv.inclusive[g, col] <= 0:
@@ -299,28 +300,12 @@ def flat_rows(profile: Profile, opts: ReportOptions, hidden: Hidden | None = Non
     return rows
 
 
-def _rank_values(profile: Profile, owner: np.ndarray, n_groups: int, col: int) -> tuple[list[int], np.ndarray] | None:
-    """Each group's self value on each rank, when the profile holds several ranks."""
-    from dlpt.ranks import is_multi_rank, per_rank_groups
-
-    if not is_multi_rank(profile):
-        return None
-    return per_rank_groups(profile, owner, n_groups, profile.cct.exclusive[:, col])
-
-
-def rank_spread(per_rank: dict[str, int]) -> tuple[int, float, int, str]:
-    """(min, median, max, the rank that has the max) of one row's per-rank values."""
-    vals = np.array(list(per_rank.values()), dtype=np.int64)
-    k = int(np.argmax(vals))
-    return int(vals.min()), float(np.median(vals)), int(vals[k]), list(per_rank)[k]
-
-
 def _spread_text(metric: str, per_rank: dict[str, int] | None) -> str:
     if per_rank is None:
         return ""
-    lo, med, hi, who = rank_spread(per_rank)
+    lo, med, hi, who = rank_spread([int(r) for r in per_rank], list(per_rank.values()))
     return (f"{fmt_metric(metric, lo):>10} {fmt_metric(metric, int(round(med))):>10} "
-            f"{fmt_metric(metric, hi):>10} {'r' + who:>5}  ")
+            f"{fmt_metric(metric, hi):>10} {'r' + str(who):>5}  ")
 
 
 def render_flat(profile: Profile, opts: ReportOptions) -> list[str]:

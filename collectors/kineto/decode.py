@@ -13,7 +13,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -92,10 +92,15 @@ def _lenient(strict: type[msgspec.Struct], name: str, **types: Any) -> type[msgs
     return msgspec.defstruct(name, fields, gc=False)
 
 
-_LenientArgs = _lenient(Args, "_LenientArgs")
-# Raw: args of any shape survive decoding; only those of the events that need them are decoded,
-# one by one. None: the event has no args.
-_LenientEvent = _lenient(Event, "_LenientEvent", args=msgspec.Raw)
+if TYPE_CHECKING:
+    # Made at run time from the strict classes' fields: to a type checker, the same fields.
+    _LenientArgs = Args
+    _LenientEvent = Event
+else:
+    _LenientArgs = _lenient(Args, "_LenientArgs")
+    # Raw: args of any shape survive decoding; only those of the events that need them are
+    # decoded, one by one. None: the event has no args.
+    _LenientEvent = _lenient(Event, "_LenientEvent", args=msgspec.Raw)
 
 
 class _LenientTrace(_TraceHeader, kw_only=True):
@@ -143,7 +148,7 @@ def _hashable(x: object) -> bool:
     return True
 
 
-def _args(raw: msgspec.Raw | None) -> _LenientArgs | None:
+def _args(raw: Any) -> _LenientArgs | None:
     if raw is None:
         return None
     try:

@@ -106,11 +106,11 @@ def place_memory(mem: MemoryEvents, thread_ids: dict[tuple, int], thread: np.nda
     span_of = np.full(n, -1, dtype=np.int64)
     node = np.full(n, -1, dtype=np.int64)
     no_span = -1
-    for i, (key, ts) in enumerate(zip(mem.key, mem.ts)):
-        if window_start is not None and ts < window_start:
+    for i, (key, at) in enumerate(zip(mem.key, mem.ts)):
+        if window_start is not None and at < window_start:
             continue  # before the window: the remainder's
         t = thread_ids.get(key, -1)
-        j = _innermost(*by_thread[t], end_l, parent, ts) if t in by_thread else -1
+        j = _innermost(*by_thread[t], end_l, parent, at) if t in by_thread else -1
         if j >= 0:
             span_of[i] = j
             node[i] = node_of_span(j)

@@ -152,9 +152,8 @@ class _Attributor:
         `Torch-Compiled Region: ID` op, or a `CompiledFunction` op (where the recorder shows no
         region op: backward ops are placed under it by sequence number, with no frames), whose
         compile ids are those of the forward modules run beside it (under the same parent)."""
-        hit = self._region.get(node, False)
-        if hit is not False:
-            return hit  # type: ignore[return-value]
+        if node in self._region:
+            return self._region[node]
         cct = self.p.cct
         chain = []
         n = node
@@ -466,7 +465,7 @@ class _Attributor:
         out = replace(p, frames=frames, cct=CCT(bparent, bframe, exc), activities=acts)
         # The generated-code frames the units left are empty now: drop them (and only them), so
         # the compiled call's line does not keep a row of zeros per kernel call.
-        nonzero = cct.inclusive.any(axis=1)
+        nonzero = np.asarray(cct.inclusive.any(axis=1), dtype=bool)
         had = np.zeros(len(bparent), dtype=bool)
         had[new_of_old[first[nonzero]]] = True
         for i, ids in copies.items():

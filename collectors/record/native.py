@@ -20,7 +20,7 @@ import re
 import sys
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -117,8 +117,9 @@ class HostSnapshot(NamedTuple):
     @classmethod
     def decode(cls, raw: dict[str, Any]) -> HostSnapshot:
         """The one place the dict is read: int64 columns from bytes, numbers as ints."""
-        return cls(**{f: np.frombuffer(raw[f], dtype=np.int64) if isinstance(raw[f], bytes) else int(raw[f])
-                      for f in cls._fields})
+        values: dict[str, Any] = {f: np.frombuffer(raw[f], dtype=np.int64) if isinstance(raw[f], bytes)
+                                  else int(raw[f]) for f in cls._fields}
+        return cls(**values)
 
 
 class Collector(Protocol):
@@ -224,7 +225,7 @@ def load(quiet: bool = False) -> Collector:
 
     Raises DlptError with what to install when it cannot be built: recording needs it."""
     if "mod" in _loaded:
-        return _loaded["mod"]  # type: ignore[no-any-return]
+        return cast(Collector, _loaded["mod"])
     import torch
     from torch.utils import cpp_extension
 

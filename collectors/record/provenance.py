@@ -208,7 +208,7 @@ def call_lines(source: str) -> dict[int, str]:
     for m, (i, key) in enumerate(marks):
         stop = marks[m + 1][0] if m + 1 < len(marks) else len(src)
         name = key.rsplit(":", 1)[0]
-        first = None
+        first: tuple[int, int] | None = None
         j = i + 1
         while j < stop:
             s = src[j].strip()
@@ -230,8 +230,8 @@ def call_lines(source: str) -> dict[int, str]:
             while j < stop and _EXTRA_ROUND.match(src[j]):
                 last = _statement_end(src, j)
                 j = last + 1
-            for ln in range(first[0], last + 1):
-                out[ln + 1] = key
+            for k in range(first[0], last + 1):
+                out[k + 1] = key
     return out
 
 
@@ -357,9 +357,11 @@ class Provenance:
                 collector.errors.append(f"{type(e).__name__}: {e}")
             return original(graph, example_inputs, constants, graph_kwargs)
 
-        post_compile.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(post_compile, "__wrapped__", original)  # noqa: B010 - functools' marker of a wrapper
         self._original, self._owner = original, CompiledFxGraph
-        CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
+        # setattr: replacing Inductor's method is the hook itself (undone on stop); a plain
+        # assignment would read to a type checker as a mistake.
+        setattr(CompiledFxGraph, "post_compile", post_compile)  # noqa: B010
         self._weigh()
         if TRITON_CODEGEN in sys.modules:
             self._unpatch = handle_mix_order_kernels()

@@ -218,10 +218,12 @@ class Recorder:
                 mod.register_thread(where, key)
                 run()
 
-            th.run = run_recorded  # type: ignore[method-assign]
+            # setattr: this thread's run, wrapped to register it with the collector first.
+            setattr(th, "run", run_recorded)  # noqa: B010
             return orig_start(th, *a, **k)
 
-        threading.Thread.start = start  # type: ignore[method-assign]
+        # setattr: Thread.start is replaced on purpose while recording (restored by the hook below).
+        setattr(threading.Thread, "start", start)  # noqa: B010
         self._hooks.append(lambda: setattr(threading.Thread, "start", orig_start))
 
         # Around autograd's engine (backward() and autograd.grad()): backward ops whose forward op
@@ -261,7 +263,8 @@ class Recorder:
             # recorded, to rerun dlpt/idle.py on them anywhere.
             import numpy as np
 
-            np.savez(dump, **{k: np.asarray(v) for k, v in host._asdict().items()})
+            arrays: dict[str, Any] = {k: np.asarray(v) for k, v in host._asdict().items()}
+            np.savez(dump, **arrays)
         meta = self._meta(partial)
         return self.converter.profile(snap, meta, host, memory)
 
@@ -278,7 +281,8 @@ class Recorder:
                 t0 = time.perf_counter()
                 prof = self._build(partial=True)
                 self.snapshot_pause_max = max(self.snapshot_pause_max, time.perf_counter() - t0)
-                save(prof, self.snapshot_path, force=True)  # type: ignore[arg-type]
+                assert self.snapshot_path is not None  # the snapshot thread runs only with one
+                save(prof, self.snapshot_path, force=True)
                 self.snapshots += 1
             except Exception as e:  # noqa: BLE001 - a failed snapshot must not end the program
                 if not self.quiet:

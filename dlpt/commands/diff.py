@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from dlpt.commands.common import add_compile, add_library, add_metric, add_rank, choose_metric, positive_int
-from dlpt.output import write_output
+from dlpt.output import write_json, write_output
+from dlpt.scope import Scope
 
 EPILOG = """\
 examples:
@@ -43,17 +43,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlpt.diff import diff_json, diff_profiles
+    from dlpt.diff import diff_profiles
     from dlpt.loader import open_profiles
-    from dlpt.viewers.diff import render_text
+    from dlpt.viewers.diff import diff_json, render_text
 
     a = open_profiles([args.before], args.rank)
     b = open_profiles([args.after], args.rank)
-    d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b), include_library=args.include_library,
-                      include_compile=args.include_compile)
+    d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b),
+                      scope=Scope(args.include_library, args.include_compile))
     if args.format == "json":
         doc = diff_json(d, args.top)
-        write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+        write_output(args.output, lambda f: write_json(f, doc))
     else:
         text = render_text(d, args.top)
         write_output(args.output, lambda f: f.write(text))

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from dlpt.commands.common import add_compile, add_inputs, add_library, add_metric, choose_metric, percent, positive_int
-from dlpt.compile_time import compile_apart
 from dlpt.loader import open_profiles
-from dlpt.output import write_output
-from dlpt.transforms import hide_library_unless
+from dlpt.output import write_json, write_output
+from dlpt.scope import Scope
 from dlpt.views import GROUPINGS, VIEWS
 
 EPILOG = """\
@@ -52,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
     # torch.compile's work: apart from the flat ranking unless asked for; trees keep it in place.
-    base = compile_apart(open_profiles(args.profile, args.rank), args.include_compile or args.view != "flat")
-    prof = hide_library_unless(base, args.include_library)
+    scope = Scope(args.include_library, args.include_compile)
+    prof = (scope if args.view == "flat" else scope.for_trees()).apply(open_profiles(args.profile, args.rank))
     metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)
@@ -61,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                          min_percent=minp, full_names=args.full_names)
     if args.format == "json":
         doc = render_json(prof, opts)
-        write_output(args.output, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+        write_output(args.output, lambda f: write_json(f, doc))
     else:
         text = render(prof, opts)
         write_output(args.output, lambda f: f.write(text))

@@ -140,9 +140,9 @@ def call_graph(profile: Profile, include_library: bool = False) -> nx.DiGraph:
     einc = np.zeros((len(pairs), ncol), dtype=np.int64)
     te = top_edge[1:]
     np.add.at(einc, inverse[te], cct.inclusive[child[te]])
-    for k, (a, b) in enumerate(pairs.tolist()):
-        attrs = {"calls": int(ecalls[k])}
+    for row, (a, b) in enumerate(pairs.tolist()):
+        attrs = {"calls": int(ecalls[row])}
         for m, j in zip(METRICS, range(ncol)):
-            attrs[m] = int(einc[k, j])
+            attrs[m] = int(einc[row, j])
         g.add_edge(ids[a], ids[b], **attrs)
     return g

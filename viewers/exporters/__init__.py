@@ -13,8 +13,9 @@ from dlpt.viewers.exporters.hotspots import HotspotsExporter
 from dlpt.viewers.exporters.speedscope import SpeedscopeExporter
 
 # In the order `dlpt export --help` lists them.
-EXPORTERS: dict[str, type] = {cls.name: cls for cls in (
-    HotspotsExporter, HatchetExporter, FoldedExporter, SpeedscopeExporter, DotExporter, GraphMLExporter)}
+_CLASSES: tuple[type[Exporter], ...] = (
+    HotspotsExporter, HatchetExporter, FoldedExporter, SpeedscopeExporter, DotExporter, GraphMLExporter)
+EXPORTERS: dict[str, type[Exporter]] = {cls.name: cls for cls in _CLASSES}
 
 
 def formats() -> list[str]:

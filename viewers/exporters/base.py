@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from dlpt.profile import Profile, default_metric
+from dlpt.scope import Scope
 
 
 @dataclass
@@ -16,13 +17,20 @@ class ExportOptions:
     include_library: bool = False
     include_compile: bool = False  # rank torch.compile's one-off work in hotspots (trees always keep it)
 
+    @property
+    def scope(self) -> Scope:
+        """The export's one decision on library frames and torch.compile's work; tree formats
+        use `scope.for_trees()`."""
+        return Scope(self.include_library, self.include_compile)
+
     def metric_for(self, profile: Profile) -> str:
         return self.metric or default_metric(profile)
 
 
 class Exporter(Protocol):
-    name: ClassVar[str]
-    suffix: ClassVar[str]
-    description: ClassVar[str]
+    # Class attributes of each exporter (read from the class by `dlpt export --help`).
+    name: str
+    suffix: str
+    description: str
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None: ...

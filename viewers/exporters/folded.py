@@ -14,7 +14,6 @@ from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import metric_column
 from dlpt.profile import Profile
-from dlpt.transforms import hide_library_unless
 from dlpt.viewers.exporters.base import ExportOptions
 
 
@@ -53,7 +52,7 @@ class FoldedExporter:
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
         col = metric_column(options.metric_for(profile))
-        prof = hide_library_unless(profile, options.include_library)
+        prof = options.scope.for_trees().apply(profile)
         cct = prof.cct
         names = [folded_name(f) for f in prof.frames]
         frame = cct.frame.tolist()

@@ -66,13 +66,18 @@ def write_dot(g: nx.DiGraph, out: TextIO, metric: str = "gpu_time") -> None:
     out.write("}\n")
 
 
+def _graph(profile: Profile, options: ExportOptions) -> nx.DiGraph:
+    # Library frames are hidden (or not) by the scope; call_graph takes the tree as it is.
+    return call_graph(options.scope.for_trees().apply(profile), include_library=True)
+
+
 class DotExporter:
     name = "dot"
     suffix = ".dot"
     description = "function-level call graph as Graphviz DOT, every metric on nodes and edges"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        write_dot(call_graph(profile, options.include_library), out, options.metric_for(profile))
+        write_dot(_graph(profile, options), out, options.metric_for(profile))
 
 
 class GraphMLExporter:
@@ -83,7 +88,7 @@ class GraphMLExporter:
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
         metric = options.metric_for(profile)
         metric_column(metric)
-        g = call_graph(profile, options.include_library)
+        g = _graph(profile, options)
         g.graph["metric"] = metric
         # networkx writes bytes; the exporter interface hands us a text stream.
         import networkx as nx  # imported here: every dlpt command would pay for it at start-up

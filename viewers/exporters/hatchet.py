@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import TextIO
 
 from dlpt.interop.graphframe import to_literal
+from dlpt.output import write_json
 from dlpt.profile import Profile
 from dlpt.viewers.exporters.base import ExportOptions
 
@@ -18,7 +18,6 @@ class HatchetExporter:
     description = "the calling-context tree as hatchet's literal JSON (GraphFrame.from_literal)"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        # Compact separators: the literal repeats every metric name at every node.
-        json.dump(to_literal(profile, include_library=options.include_library), out,
-                  ensure_ascii=False, separators=(",", ":"))
-        out.write("\n")
+        # Library frames are hidden (or not) by the scope; to_literal takes the tree as it is.
+        # Compact: the literal repeats every metric name at every node.
+        write_json(out, to_literal(options.scope.for_trees().apply(profile), include_library=True), compact=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TextIO
 
-from dlpt.hotspots import hotspots
+from dlpt.output import write_json
 from dlpt.profile import Profile
 from dlpt.viewers.exporters.base import ExportOptions
+from dlpt.viewers.hotspots import hotspots_document
 
 
 class HotspotsExporter:
@@ -16,8 +16,5 @@ class HotspotsExporter:
     description = "the costliest source lines as JSON (schema dlpt.hotspots/1), for CI and dashboards"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        doc = hotspots(profile, metric=options.metric_for(profile), top=options.top,
-                       include_library=options.include_library,
-                       include_compile=options.include_compile)
-        json.dump(doc, out, indent=1, ensure_ascii=False)
-        out.write("\n")
+        doc = hotspots_document(options.scope.apply(profile), metric=options.metric_for(profile), top=options.top)
+        write_json(out, doc)

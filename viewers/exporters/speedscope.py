@@ -8,15 +8,14 @@ its call path, in nanoseconds from the first activity of the profile."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, TextIO
 
 import numpy as np
 
 from dlpt.frames import Frame
 from dlpt.metrics import BYTE_METRICS, TIME_METRICS, metric_column
+from dlpt.output import write_json
 from dlpt.profile import Profile, default_metric
-from dlpt.transforms import hide_library_unless
 from dlpt.version import __version__
 from dlpt.viewers.exporters.base import ExportOptions
 from dlpt.viewers.exporters.folded import weighted_stacks
@@ -85,16 +84,15 @@ def _stream_timelines(prof: Profile, shared_index: list[int], name: str) -> list
     return out
 
 
-def speedscope_document(profile: Profile, metric: str | None = None,
-                        include_library: bool = False) -> dict[str, Any]:
-    metric = metric or default_metric(profile)
+def speedscope_document(prof: Profile, metric: str | None = None) -> dict[str, Any]:
+    """The speedscope document of a profile already in its command's `Scope`."""
+    metric = metric or default_metric(prof)
     col = metric_column(metric)
-    prof = hide_library_unless(profile, include_library)
     cct = prof.cct
     # Only frames that appear somewhere are listed; shared_index maps frame id → list index.
     used = np.unique(cct.frame).tolist()
     shared_index = [-1] * len(prof.frames)
-    frames = []
+    frames: list[dict[str, Any]] = []
     for fi in used:
         shared_index[fi] = len(frames)
         frames.append(_frame(prof.frames[fi]))
@@ -120,6 +118,5 @@ class SpeedscopeExporter:
     description = "speedscope JSON: --metric as a sampled profile (ns), plus the GPU timeline of each stream"
 
     def export(self, profile: Profile, out: TextIO, options: ExportOptions) -> None:
-        doc = speedscope_document(profile, options.metric_for(profile), options.include_library)
-        json.dump(doc, out, ensure_ascii=False, separators=(",", ":"))
-        out.write("\n")
+        doc = speedscope_document(options.scope.for_trees().apply(profile), options.metric_for(profile))
+        write_json(out, doc, compact=True)

@@ -3,7 +3,6 @@ library frames, filtering) runs in thread workers; the UI thread only formats vi
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
-from dlpt.output import write_output
+from dlpt.output import write_json, write_output
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
@@ -60,7 +59,7 @@ class DlptApp(App[int]):
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("e", "hottest", "hot path"),
-        Binding("b,backspace", "back", "back"),
+        Binding("b,backspace", "go_back", "back"),
         Binding("slash", "search", "search"),
         Binding("m", "pick_metric", "metric"),
         Binding("g", "grouping", "group"),
@@ -73,7 +72,7 @@ class DlptApp(App[int]):
         Binding("d", "toggle_detail", "detail", show=False),
         Binding("escape", "clear_search", "clear", show=False),
     ]
-    VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if b.action.startswith("view(")]
+    VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if isinstance(b, Binding) and b.action.startswith("view(")]
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
                  include_library: bool = False, metric: str | None = None, rank: int | None = None) -> None:
@@ -236,7 +235,7 @@ class DlptApp(App[int]):
             query = self.search_text
             self._set_busy("searching")
 
-            def job() -> np.ndarray | None:
+            def search_job() -> np.ndarray | None:
                 return filter_keys(src, query) if query else None
 
             def done(keep: np.ndarray | None) -> None:
@@ -245,7 +244,7 @@ class DlptApp(App[int]):
                 self._set_busy("")
                 self._show(keep_key)
 
-            self._background(job, done)
+            self._background(search_job, done)
             return
         if keep_key is not None and o.row_of(keep_key) < 0 and src.is_tree and o.keep is None:
             o.reveal(keep_key)
@@ -354,7 +353,7 @@ class DlptApp(App[int]):
         self.history.append((self.view, self.by, self.table.current_key, exp))
         del self.history[:-100]
 
-    def action_back(self) -> None:
+    def action_go_back(self) -> None:
         """Go back to the view, row and expansion before the last jump (a browser's back)."""
         if not self._idle() or not self.history:
             self.bell()
@@ -454,7 +453,7 @@ class DlptApp(App[int]):
     def action_export(self) -> None:
         if self.base is None or self.busy:
             return
-        from dlpt.hotspots import hotspots
+        from dlpt.viewers.hotspots import hotspots
 
         prof, metric, lib = self.base, self.metric, self.include_library
         out = export_path(prof.path or self.path or "")
@@ -462,7 +461,7 @@ class DlptApp(App[int]):
 
         def job() -> str:
             doc = hotspots(prof, metric=metric, top=20, include_library=lib)
-            write_output(out, lambda f: (json.dump(doc, f, indent=1, ensure_ascii=False), f.write("\n")))
+            write_output(out, lambda f: write_json(f, doc))
             return out
 
         def done(path: str) -> None:

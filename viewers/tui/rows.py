@@ -230,22 +230,21 @@ class FlatRows(Rows):
     def per_rank(self, col: int) -> tuple[list[int], np.ndarray] | None:
         """(ranks, self value of each group on each rank) when the profile holds several ranks."""
         if col not in self._per_rank:
-            from dlpt.ranks import is_multi_rank, per_rank_groups
+            from dlpt.ranks import rank_values
 
-            self._per_rank[col] = (per_rank_groups(self.profile, self.view.owner, len(self),
-                                                   self.profile.cct.exclusive[:, col])
-                                   if is_multi_rank(self.profile) else None)
+            self._per_rank[col] = rank_values(self.profile, self.view.owner, len(self), self.profile.cct.exclusive[:, col])
         return self._per_rank[col]
 
     def rank_spread(self, key: int, col: int) -> tuple[int, int, int, int] | None:
         """(min, median, max, rank of the max) of a group's self value over the ranks, as the
         text report's flat view gives them; None for one rank."""
+        from dlpt.ranks import rank_spread
+
         pr = self.per_rank(col)
         if pr is None:
             return None
-        ranks, m = pr
-        row = m[key]
-        return int(row.min()), int(round(float(np.median(row)))), int(row.max()), ranks[int(np.argmax(row))]
+        lo, med, hi, rank = rank_spread(pr[0], pr[1][key])
+        return lo, int(round(med)), hi, rank
 
     def roots(self) -> np.ndarray:
         # Groups that hold nothing in any metric would only be noise.

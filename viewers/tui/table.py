@@ -20,7 +20,7 @@ from textual.strip import Strip
 
 from dlpt.metrics import COL
 from dlpt.viewers.format import bar, fmt_metric
-from dlpt.viewers.tui.rows import KIND_COLUMNS, Outline, fit_label
+from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
 CODE_MARK = "  ▸ "
@@ -44,7 +44,7 @@ class TreeTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "page down", show=False),
         Binding("home", "jump(0)", "top", show=False),
         Binding("end", "jump(-1)", "bottom", show=False),
-        Binding("enter,space", "toggle", "expand", show=False),
+        Binding("enter,space", "toggle_row", "expand", show=False),
         Binding("right", "open", "open", show=False),
         Binding("left", "close", "close", show=False),
     ]
@@ -127,7 +127,7 @@ class TreeTable(ScrollView, can_focus=True):
         cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
                                             (src.secondary_name if src else "self", "secondary", VALUE_W)]
         # Several ranks, flat view: each row's spread over the ranks, before the per-kind columns.
-        if src is not None and hasattr(src, "per_rank") and src.per_rank(COL[self.metric]) is not None:
+        if isinstance(src, FlatRows) and src.per_rank(COL[self.metric]) is not None:
             cols += [("min", "rank:min", VALUE_W), ("median", "rank:median", VALUE_W),
                      ("max", "rank:max", VALUE_W), ("rank", "rank:which", 5)]
         for head, m in KIND_COLUMNS:
@@ -222,7 +222,7 @@ class TreeTable(ScrollView, can_focus=True):
                 v = int(src.secondary(k1, col)[0])
                 cell = fmt_metric(self.metric, v) if v else ""
             elif role.startswith("rank:"):
-                spread = src.rank_spread(key, col)  # type: ignore[attr-defined]
+                spread = src.rank_spread(key, col) if isinstance(src, FlatRows) else None
                 i = ("rank:min", "rank:median", "rank:max", "rank:which").index(role)
                 if spread is None or not spread[2]:
                     cell = ""
@@ -282,7 +282,7 @@ class TreeTable(ScrollView, can_focus=True):
     def action_jump(self, where: int) -> None:
         self.move_to(0 if where == 0 else (len(self.outline) - 1 if self.outline is not None else 0))
 
-    def action_toggle(self) -> None:
+    def action_toggle_row(self) -> None:
         if self.outline is not None and len(self.outline) and self.outline.toggle(self.cursor):
             self.structure_changed()
 
@@ -315,4 +315,4 @@ class TreeTable(ScrollView, can_focus=True):
         indent = self._indent_unit(self._name_width()) * min(int(o.depth[r]), 30) if o.rows.is_tree else 0
         # A double click, or a click on the ▸/▾ mark, opens or closes the row.
         if event.chain >= 2 or indent <= event.x + int(self.scroll_offset.x) < indent + 2:
-            self.action_toggle()
+            self.action_toggle_row()

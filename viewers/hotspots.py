@@ -1,20 +1,21 @@
 """Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/1` schema that
-CI jobs and dashboards read (docs/ARCHITECTURE.md)."""
+CI jobs and dashboards read (docs/ARCHITECTURE.md). The document is shaped here, from the
+model's flat view, totals and per-rank values; `summary` is also the report JSON's summary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from dlpt.compile_time import compile_apart
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column
 from dlpt.profile import Profile, default_metric
-from dlpt.ranks import is_multi_rank, per_rank_groups
-from dlpt.transforms import hide_library_unless, propagate_down
-from dlpt.views import flat
+from dlpt.ranks import rank_totals, rank_values, straggler
+from dlpt.scope import Scope
+from dlpt.views import flat, node_flags
 from dlpt.waits import memory_peak, waits
 
 SCHEMA = "dlpt.hotspots/1"
@@ -28,23 +29,13 @@ def _exact(v: float | int) -> int:
     return int(v)
 
 
-def _memcpy(row: np.ndarray, conv=us) -> dict[str, Any]:
+def _memcpy(row: np.ndarray, conv: Callable[[int], Any] = us) -> dict[str, Any]:
     return {"HtoD": conv(row[COL["htod_time"]]), "DtoH": conv(row[COL["dtoh_time"]]),
             "DtoD": conv(row[COL["dtod_time"]]), "other": conv(row[COL["memcpy_other_time"]])}
 
 
 def _value(ns: int, metric: str) -> float:
     return us(ns) if metric.endswith("_time") else float(ns)
-
-
-def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
-    """(has a source line on its path, lies under a `[backward]` marker) for every node."""
-    kinds = np.array([f.kind for f in profile.frames], dtype=object)
-    src = np.array([f.has_source for f in profile.frames], dtype=bool)
-    cct = profile.cct
-    on_src = propagate_down(cct, src[cct.frame])
-    in_bwd = propagate_down(cct, (kinds == "backward")[cct.frame])
-    return on_src, in_bwd
 
 
 def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dict[str, Any]:
@@ -93,8 +84,6 @@ def _rank_summary(profile: Profile, metric: str, t: Any = us, val: Any = None) -
     if val is None:
         def val(v: int) -> Any:
             return _value(v, metric)
-    from dlpt.ranks import rank_totals, straggler
-
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
         return {}
@@ -122,9 +111,14 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
              include_library: bool = False, include_compile: bool = False) -> dict[str, Any]:
     """The hotspots document for `profile`, ranked by `metric` (default: `default_metric`);
     torch.compile's one-off work is left out unless `include_compile` (dlpt.compile_time)."""
+    return hotspots_document(Scope(include_library, include_compile).apply(profile), metric, top)
+
+
+def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -> dict[str, Any]:
+    """The hotspots document for a profile already in its command's `Scope`."""
+    profile = view
     metric = metric or default_metric(profile)
     col = metric_column(metric)
-    view = hide_library_unless(compile_apart(profile, include_compile), include_library)
     cct = view.cct
     fv = flat(view, "line")
     total = int(cct.exclusive[:, col].sum())
@@ -140,9 +134,7 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     count_cols = [COL["kernel_count"], COL["copy_count"], COL["memset_count"]]
     rows = [g for g in np.argsort(-fv.exclusive[:, col], kind="stable").tolist()
             if g != none and fv.exclusive[g, col] > 0][: max(top, 0)]
-    per_rank = None
-    if is_multi_rank(view):
-        ranks, per_rank = per_rank_groups(view, owner, len(fv.labels), cct.exclusive[:, col])
+    spread = rank_values(view, owner, len(fv.labels), cct.exclusive[:, col])
     wanted = set(rows)
     kern: dict[int, dict[str, list[int]]] = {g: {} for g in rows}
     for i in leaves.tolist():
@@ -173,8 +165,8 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
             **({metric: _value(int(row[col]), metric)} if metric not in ("gpu_time", "kernel_time",
                                                                           "memset_time", "cpu_time") else {}),
         })
-        if per_rank is not None:
-            out[-1]["per_rank"] = {str(r): _value(int(v), metric) for r, v in zip(ranks, per_rank[g].tolist())}
+        if spread is not None:
+            out[-1]["per_rank"] = {str(r): _value(int(v), metric) for r, v in zip(spread[0], spread[1][g].tolist())}
     meta = profile.meta
     return {
         "schema": SCHEMA,
@@ -188,4 +180,4 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     }
 
 
-__all__ = ["SCHEMA", "hotspots", "summary", "METRICS"]
+__all__ = ["SCHEMA", "hotspots", "hotspots_document", "summary", "METRICS"]
