@@ -82,7 +82,7 @@ function drawFlame() {
     .setColorMapper((d) => (d.highlight ? "#e600e6" : KIND_COLORS[d.data.k] || "#ddd"))
     .setSearchMatch((d, term) => !!term && (d.data.n || "").toLowerCase().includes(term.toLowerCase()))
     .setSearchHandler((results, sum) => {
-      $("details").textContent = state.search ? results.length + " frames match · " + fmt(unit, sum) + " (" + pct(sum, total) + ")" : "";
+      $("found").textContent = state.search ? results.length + " frames match · " + fmt(unit, sum) + " (" + pct(sum, total) + ")" : "";
     })
     .setDetailsHandler((text) => { if (text) $("details").textContent = text.replace("\n", " · "); })
     .onClick((d) => { if (d.data.file) selectSource(d.data.file, d.data.line); });
