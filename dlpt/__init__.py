@@ -21,6 +21,23 @@ def load(path: str | list[str], rank: int | None = None) -> Profile:
     return open_profiles([path] if isinstance(path, str) else list(path), rank)
 
 
+def load_ipython_extension(ipython: object) -> None:
+    """`%load_ext dlpt`: the `%%dlpt` cell magic (dlpt.viewers.notebook)."""
+    from dlpt.viewers.notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def _repr_html_(self: Profile) -> str:
+    from dlpt.viewers.notebook import profile_html
+
+    return profile_html(self)
+
+
+# A Profile in a notebook cell shows as the HTML view. Bound here, by the package, because the
+# model (dlpt.profile) never imports viewers (tests/test_layers.py).
+Profile._repr_html_ = _repr_html_  # type: ignore[attr-defined]
+
 # Bound last: `dlpt.profile` is also the name of the submodule that holds `Profile`, and importing
 # that submodule sets the package attribute; the recording API must win.
 from dlpt.api import profile, step  # noqa: E402

@@ -66,6 +66,16 @@ class Profile:
         `sources`, the text of the program's files."""
         return str(self.meta.get("source", "kineto"))
 
+    def __repr__(self) -> str:
+        """One short line (the dataclass's own repr would print every array). In a notebook the
+        HTML view shows instead (`_repr_html_`, bound by the `dlpt` package)."""
+        metric = default_metric(self)
+        total = int(self.cct.exclusive[:, COL[metric]].sum()) if len(self.cct) else 0
+        name = self.path or self.meta.get("command") or "in memory"
+        value = f"{total / 1e6:.2f} ms" if metric.endswith("_time") else f"{total:,}"
+        return (f"<dlpt.Profile {name!r} ({self.collector}): {len(self.cct):,} nodes, "
+                f"{len(self.activities):,} activity rows, {metric} {value}>")
+
     def frame_of(self, node: int) -> Frame:
         return self.frames[int(self.cct.frame[node])]
 

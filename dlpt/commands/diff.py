@@ -14,6 +14,7 @@ examples:
   dlpt diff before.dlpt after.dlpt --by kernel --top 10
   dlpt diff a.pt.trace.json.gz b.pt.trace.json.gz --by op --metric cpu_time
   dlpt diff before.dlpt after.dlpt --format json -o diff.json
+  dlpt diff before.dlpt after.dlpt -f html -o diff.html   a page to share
   dlpt diff before/ after/ --rank 1                rank 1 of two directories of rank profiles
 
 Rows are matched across the runs by file and line, then (when code moved) by the text of the
@@ -37,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", "-n", type=positive_int, default=20, help="rows to show; 0 for all (default: 20)")
     add_library(p)
     add_compile(p)
-    p.add_argument("--format", "-f", default="text", choices=("text", "json"))
+    p.add_argument("--format", "-f", default="text", choices=("text", "json", "html"),
+                   help="text, json, or html: one self-contained page, rows coloured by sign")
     p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
     p.set_defaults(func=run)
 
@@ -51,7 +53,12 @@ def run(args: argparse.Namespace) -> int:
     b = open_profiles([args.after], args.rank)
     d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b),
                       scope=Scope(args.include_library, args.include_compile))
-    if args.format == "json":
+    if args.format == "html":
+        from dlpt.viewers.exporters.html import diff_page_data, render_page
+
+        page = render_page(diff_page_data(diff_json(d, args.top), f"dlpt diff · {args.before} → {args.after}"))
+        write_output(args.output, lambda f: f.write(page))
+    elif args.format == "json":
         doc = diff_json(d, args.top)
         write_output(args.output, lambda f: write_json(f, doc))
     else:

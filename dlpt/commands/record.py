@@ -17,6 +17,7 @@ from dlpt.layout import OWN_ROOTS
 
 if TYPE_CHECKING:
     from dlpt.collectors.record.recording import Recording
+    from dlpt.profile import Profile
 
 EPILOG = """\
 examples:
@@ -51,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rewrite OUT with the profile so far every S seconds while the program runs, so a "
                    "crash or kill -9 keeps it (default: 5; 0: only at the end)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("--html", action="store_true",
+                   help="also write the profile's HTML view beside it (OUT with .html for .dlpt)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, and no notices about what the recorder chose")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -156,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         status = 128 + a.signum
     finally:
         rec.finishing.__exit__()
+    if args.html and rec.result is not None and os.path.exists(out):
+        _write_html(rec.result, out, args.quiet)
     signum = rec.abandoned_by or signum
     if signum is not None:
         # The program ended by the signal (or we were told to stop while saving): end as python
@@ -165,6 +170,17 @@ def run(args: argparse.Namespace) -> int:
         atexit._run_exitfuncs()
         die_by_signal(signum)
     return status
+
+
+def _write_html(prof: Profile, out: str, quiet: bool) -> None:
+    """`--html`: the page `dlpt export OUT -f html` would write, beside OUT."""
+    from dlpt.output import write_output
+    from dlpt.viewers.exporters import ExportOptions, get_exporter
+
+    path = (out[:-5] if out.endswith(".dlpt") else out) + ".html"
+    write_output(path, lambda f: get_exporter("html").export(prof, f, ExportOptions()))
+    if not quiet:
+        notice(f"HTML view → {path}")
 
 
 def _run_with_python_flags(flags: list[str], program: list[str], mode: str, target: str,

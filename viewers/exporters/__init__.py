@@ -10,11 +10,13 @@ from dlpt.viewers.exporters.folded import FoldedExporter
 from dlpt.viewers.exporters.graph import DotExporter, GraphMLExporter
 from dlpt.viewers.exporters.hatchet import HatchetExporter
 from dlpt.viewers.exporters.hotspots import HotspotsExporter
+from dlpt.viewers.exporters.html import HtmlExporter
 from dlpt.viewers.exporters.speedscope import SpeedscopeExporter
 
 # In the order `dlpt export --help` lists them.
 _CLASSES: tuple[type[Exporter], ...] = (
-    HotspotsExporter, HatchetExporter, FoldedExporter, SpeedscopeExporter, DotExporter, GraphMLExporter)
+    HotspotsExporter, HatchetExporter, FoldedExporter, SpeedscopeExporter, DotExporter, GraphMLExporter,
+    HtmlExporter)
 EXPORTERS: dict[str, type[Exporter]] = {cls.name: cls for cls in _CLASSES}
 
 

@@ -1,0 +1,38 @@
+"""dlpt in Jupyter: a notebook that loads the extension and records a cell with `%%dlpt`,
+executed headlessly (nbclient, a real ipykernel): the cell's output is the HTML view, `_dlpt`
+is the profile and its repr is one line."""
+
+from __future__ import annotations
+
+import html as html_mod
+import json
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat, nbclient and ipykernel (the test extra)")
+nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (the test extra)")
+pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (the test extra)")
+pytest.importorskip("torch", reason="recording a cell needs torch")
+
+
+def test_cell_magic_records_and_shows_the_view(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext dlpt"),
+        nbformat.v4.new_code_cell("%%dlpt\nimport torch\nx = torch.randn(64, 64)\nfor _ in range(3):\n"
+                                  "    y = (x @ x).relu().sum()"),
+        nbformat.v4.new_code_cell("print(repr(_dlpt))\nprint(_dlpt.path)"),
+    ]
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[1].outputs
+    html = [o["data"]["text/html"] for o in outputs if o.get("output_type") == "display_data" and "text/html" in o["data"]]
+    assert len(html) == 1 and html[0].startswith('<iframe class="dlpt-view" srcdoc="')
+    page = html_mod.unescape(html[0].split('srcdoc="', 1)[1].split('"', 1)[0])
+    data = json.loads(page.split('id="dlpt-data">', 1)[1].split("</script>", 1)[0])
+    ops = {f[1] for f in data["frames"].values() if f[0] == "op"}
+    assert {"aten::mm", "aten::matmul"} & ops, ops  # the cell's matrix product is in the view
+    assert any(f[0] == "python" and f[3] == 4 for f in data["frames"].values())  # under its line of the cell
+    text = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    line, path = text.strip().splitlines()
+    assert line.startswith("<dlpt.Profile ") and "_time " in line and len(line) < 200
+    assert path.endswith(".dlpt")
