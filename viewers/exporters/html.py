@@ -42,7 +42,7 @@ TABLE_ROWS = 200
 
 
 def _asset(name: str) -> str:
-    return resources.files("dlpt.viewers").joinpath("html", name).read_text(encoding="utf-8")
+    return resources.files("dlpt.viewers").joinpath("html").joinpath(name).read_text(encoding="utf-8")
 
 
 def _json(data: Any) -> str:
