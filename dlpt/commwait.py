@@ -5,18 +5,22 @@ for the last one. The recorder logs each collective op's calls (`meta["collectiv
 path of frames, and each call's start and end in the wall clock). When all ranks' profiles are
 read together, the k-th call of the same op path on each rank is one instance of the
 collective (ranks issue their collectives in the same order: DDP's buckets, an all_reduce in the
-step), and rank r's wait in it is estimated as
+step), and rank r waits in it over the interval
 
-    wait(r) = max over ranks of start − start(r)
+    [start(r), max over ranks of start]
 
 — an estimate: it assumes the ranks' wall clocks agree (one host: the same clock), that the
 transfer starts once the last rank arrives, and that the rank waits for the result (a blocking
 `dist.all_reduce`, the step's end for DDP's buckets). The op itself often returns at once
 (the wait happens in `work.wait()`, outside any op), so its duration does not bound the wait;
-a rank that overlaps an asynchronous collective with its own work is overestimated. The wait goes to `comm_wait_time` on the op's node,
+a rank that overlaps an asynchronous collective with its own work is overestimated. A rank's
+intervals overlap when it queues several collectives before the late rank arrives (DDP's
+buckets): the wait is their union, each instance taking the part that earlier ones left. The
+wait goes to `comm_wait_time` on the op's node,
 under the line that issued it; the rest of the call is the transfer (and, for a collective that
 returns at once, work done later). gloo's collectives are host ops, so this is host-side timing;
-NCCL's GPU-side waits are not estimated here (their kernels are not logged per call).
+for NCCL the host's start of each call stands for the rank's arrival (its kernel is queued
+then), which holds while the host runs at most a little ahead of its GPU.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
             key = tuple(tuple(f) for f in entry["path"])
             calls.setdefault(key, []).append((r, node, np.asarray(entry["start"], dtype=np.int64),
                                               np.asarray(entry["end"], dtype=np.int64)))
+    # Each instance's waiting interval on each rank: [own start, the last rank's start].
+    spans: list[list[tuple[int, int, int]]] = [[] for _ in profiles]  # per rank: (start, last, node)
     for per_rank in calls.values():
         if len(per_rank) < 2:
             continue  # an op on one rank only: nothing to wait for
@@ -70,6 +76,16 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
         starts = np.stack([s[:k] for _, _, s, _ in per_rank])
         last = starts.max(axis=0)
         for (r, node, _, _), row in zip(per_rank, starts):
-            out[r][node] += int((last - row).sum())
+            spans[r].extend(zip(row.tolist(), last.tolist(), [node] * k))
+    # A rank waits once for all the collectives it has queued: DDP issues a step's buckets one
+    # after another without blocking, and each waits for the same late rank. Summing each
+    # instance's interval would count that wait once per bucket, so each instance gets only the
+    # part of its interval no earlier one covered (the union, handed out in start order).
+    for r, items in enumerate(spans):
+        covered = None
+        for start, end, node in sorted(items):
+            lo = start if covered is None else max(start, covered)
+            if end > lo:
+                out[r][node] += end - lo
+            covered = end if covered is None else max(covered, end)
     return out
-

@@ -19,7 +19,7 @@ from dlpt.frames import is_library, short_path
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.profile import Profile
 from dlpt.transforms import nearest_marked, propagate_down
-from dlpt.waits import Waits, waits
+from dlpt.waits import Waits, rank_window, waits
 
 # Thresholds, named so that the report and the tests speak of the same numbers.
 SHORT_KERNEL_NS = 10_000  # "tiny" kernels: launching one costs about as much as running it
@@ -33,6 +33,7 @@ PAGEABLE_WALL_SHARE = 0.02  # pageable host-to-device copies at least 2% of the 
 LOADER_IDLE_SHARE = 0.10  # idle while the data loader fetches: at least 10% of the idle ...
 LOADER_DEVICE_SHARE = 0.05  # ... and 5% of the devices' time
 GPU_BUSY_ABOVE = 0.90
+RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, at least 5% of its wall time
 TOP_LINES = 3
 
 _LOADER_FILE = "torch/utils/data/"
@@ -213,12 +214,65 @@ def gpu_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         "or compiled kernels (torch.compile) and fewer, larger ops make them faster")
 
 
+def _rank_wall(profile: Profile, rank: int, node: int) -> int:
+    """A merged rank's wall time (its recording window), else its host time."""
+    for m in profile.meta.get("ranks") or []:
+        if isinstance(m, dict) and m.get("rank") == rank:
+            wall = rank_window(m)[0]
+            if wall:
+                return int(wall)
+    return int(profile.cct.inclusive[node, COL["host_time"]])
+
+
+def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+    """Ranks waiting in collectives for another: named with the straggler's line. The straggler is
+    looked for in GPU compute first (collective kernels left out), then in host time (comm wait
+    left out), because a rank slowed by its host — a data loader, logging, a sleep, an `.item()` —
+    computes no more on its GPU than the others."""
+    from dlpt.ranks import rank_nodes, straggler
+
+    nodes = rank_nodes(profile)
+    if len(nodes) < 2:
+        return None
+    wait_col = profile.cct.inclusive[:, COL["comm_wait_time"]]
+    per_rank = [(int(wait_col[node]), _rank_wall(profile, r, node), r) for r, node in nodes]
+    waited, wall, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
+    if not wall or waited < RANK_WAIT_SHARE * wall:
+        return None
+    verdict = None
+    for metric in ("gpu_time", "host_time"):
+        v = straggler(profile, metric)
+        if v is not None and v["straggler"]:
+            verdict = v
+            break
+    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / wall:.0%} of its "
+              f"wall time; estimated from the ranks' start times)")
+    if verdict is None:
+        return Finding("rank-wait", [], figure + "; no rank computes more than the others",
+                       "the ranks arrive at collectives apart without one computing more: look for work "
+                       "on one rank only (logging, checkpoints, evaluation on rank 0) and uneven input sizes")
+    top = []
+    where = ""
+    if verdict["line"]:
+        ln = verdict["line"]
+        top = [f"{ln['file']}:{ln['line']}"]
+        where = f", most on {short_path(ln['file'])}:{ln['line']} (+{_t(ln['excess'])})"
+    what = "GPU time" if verdict["metric"] == "gpu_time" else "host time"
+    return Finding(
+        "rank-wait", top,
+        figure + f"; rank {verdict['rank']} spends {_t(verdict['excess'])} more {what} than the others{where}",
+        f"every rank waits for the slowest at each collective: balance rank {verdict['rank']}'s work "
+        "(equal batch and sequence lengths per rank), move work that one rank does alone (logging, "
+        "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers")
+
+
 RULES: tuple[tuple[str, Callable[[Profile, Waits, _Lines], Finding | None]], ...] = (
     ("launch-bound", launch_bound),
     ("sync-in-loop", sync_in_loop),
     ("pageable-copies", pageable_copies),
     ("dataloader-wait", dataloader_wait),
     ("gpu-bound", gpu_bound),
+    ("rank-wait", rank_wait),
 )
 
 

@@ -43,7 +43,9 @@ class Waits:
         return out
 
 
-def _one(meta: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+def rank_window(meta: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+    """(wall time of the recording window, the gpu_idle figures) of one profile's or one merged
+    rank's meta; None where it has none."""
     win = meta.get("window")
     wall = int(win["end"]) - int(win["start"]) if isinstance(win, dict) and "end" in win and "start" in win else None
     gi = meta.get("gpu_idle")
@@ -56,7 +58,7 @@ def waits(profile: Profile) -> Waits:
     out = Waits(sync_time=int(tot[COL["sync_time"]]), host_time=int(tot[COL["host_time"]]))
     metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
     for m in metas:
-        wall, gi = _one(m)
+        wall, gi = rank_window(m)
         if wall is not None:
             out.wall = max(out.wall or 0, wall)
         if gi is None:

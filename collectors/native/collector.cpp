@@ -143,8 +143,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   }
   ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet, int64_t(at::sequence_number::peek())});
   // A collective's calls are few (a step's buckets) and each one's start is what tells which
-  // rank the others wait for (host.h), so they are logged, not only summed.
-  if (!backward && name != nullptr && std::strncmp(name, "c10d::", 6) == 0) ts.stack.back().coll = true;
+  // rank the others wait for (host.h), so they are logged, not only summed. Backward ones too:
+  // DDP's buckets are all-reduced from hooks that run inside the backward pass.
+  if (name != nullptr && std::strncmp(name, "c10d::", 6) == 0) ts.stack.back().coll = true;
   return nullptr;
 }
 
