@@ -17,6 +17,17 @@ $OUT/gpu_ranks/{ranks/run.rank*.dlpt, report.txt, hotspots.json, gpu_ranks.json}
     python bench/run.py ranks [merge] [--nodes 10000] [--ranks 8,64,256]
     python bench/run.py ranks ddp [--steps 30] [--batch 4096] [--width 4096]
     python bench/run.py ranks ddp --cpu --steps 3 --batch 64 --width 256   # a dry run on CPU (gloo)
+
+`wait` (device machine, 2 GPUs, NCCL; issue "Two GPUs"): DDP with equal batches where rank 1
+sleeps a known time on a marked line before each measured step's backward; one run under
+`dlpt record`. The truth comes from the program: each rank's own sleep timer and
+`torch.cuda.max_memory_allocated()`. It checks rank 0's estimated comm wait under the measured
+step's line against rank 1's sleep (within 10%), the rank-wait finding's line against the
+sleeping line, and each rank's recorded allocated peak against max_memory_allocated. Results:
+$OUT/gpu_wait/{report.txt, rank0.txt, rank1.txt, wait.json}.
+
+    python bench/run.py ranks wait [--steps 10] [--sleep 0.1]
+    python bench/run.py ranks wait --cpu --steps 3     # a dry run on CPU (gloo; no memory check)
 """
 
 from __future__ import annotations
@@ -239,17 +250,141 @@ def ddp(args: argparse.Namespace) -> None:
 
 
 
+WAIT_PROGRAM = '''\
+import argparse, json, os, time
+import torch
+import torch.distributed as dist
+from torch import nn
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=10)
+ap.add_argument("--sleep", type=float, default=0.1)
+ap.add_argument("--truth", required=True)
+ap.add_argument("--cpu", action="store_true")
+args = ap.parse_args()
+
+dist.init_process_group("gloo" if args.cpu else "nccl")
+rank, local = dist.get_rank(), int(os.environ["LOCAL_RANK"])
+dev = "cpu" if args.cpu else f"cuda:{local}"
+if not args.cpu:
+    torch.cuda.set_device(local)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(dev)
+ddp = nn.parallel.DistributedDataParallel(model, device_ids=None if args.cpu else [local], bucket_cap_mb=8)
+opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+x = torch.randn(64, 1024, device=dev)
+slept = 0.0
+
+
+def step(slow: bool) -> float:
+    global slept
+    loss = ddp(x).square().mean()
+    if slow and rank == 1:
+        t0 = time.perf_counter()
+        time.sleep(args.sleep)  # SLOW
+        slept += time.perf_counter() - t0
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+for _ in range(3):
+    step(False)  # WARM-UP
+dist.barrier()
+for _ in range(args.steps):
+    step(True)  # MEASURED
+peak = 0 if args.cpu else torch.cuda.max_memory_allocated()
+with open(os.path.join(args.truth, f"rank{rank}.json"), "w") as f:
+    json.dump({"rank": rank, "slept": slept, "max_memory_allocated": peak}, f)
+dist.destroy_process_group()
+'''
+
+
+def _line_of(program: str, marker: str) -> int:
+    return next(i for i, t in enumerate(program.splitlines(), 1) if marker in t)
+
+
+def wait(args: argparse.Namespace) -> None:
+    """DDP where rank 1 sleeps before each measured backward: comm wait, rank-wait finding, memory."""
+    import dlpt
+    from dlpt.findings import findings
+    from dlpt.ranks import rank_nodes, select_rank
+    from dlpt.scope import Scope
+    from dlpt.waits import memory_peak
+
+    out = os.path.join(rl.out_dir(), "gpu_wait")
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    work = os.path.join(rl.work_dir(), "gpu_wait")
+    ranks_dir, truth = os.path.join(work, "ranks"), os.path.join(work, "truth")
+    for d in (out, ranks_dir, truth):
+        os.makedirs(d, exist_ok=True)
+    prog = os.path.join(work, "ddp_wait.py")
+    with open(prog, "w") as f:
+        f.write(WAIT_PROGRAM)
+    dlpt_exe = os.path.join(os.path.dirname(sys.executable), "dlpt")
+    launcher = ["--no-python", dlpt_exe] if os.path.exists(dlpt_exe) else ["-m", "dlpt"]
+    _run(_torchrun(*launcher, "record", "-o", os.path.join(ranks_dir, "run.dlpt"), prog, "--steps", str(args.steps),
+                   "--sleep", str(args.sleep), "--truth", truth, *(["--cpu"] if args.cpu else [])), cwd=work)
+    files = sorted(os.path.join(ranks_dir, f) for f in os.listdir(ranks_dir))
+    for name, extra in (("report.txt", []), ("rank0.txt", ["--rank", "0"]), ("rank1.txt", ["--rank", "1"])):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(_run(_dlpt("report", *files, *extra, "--view", "flat", "--top", "12"), cwd=work).stdout)
+    t = {r: json.load(open(os.path.join(truth, f"rank{r}.json"))) for r in (0, 1)}
+    prof = Scope().apply(dlpt.load(files))
+    measured = _line_of(WAIT_PROGRAM, "# MEASURED")
+
+    def at_line(p: dlpt.Profile, metric: str, line: int) -> int:
+        from dlpt.metrics import COL
+        col = p.cct.exclusive[:, COL[metric]]
+        # inclusive below the line's nodes: the line's frames are outermost on their paths here
+        total = 0
+        for i in range(len(p.cct)):
+            fr = p.frames[p.cct.frame[i]]
+            if fr.line == line and fr.file.endswith("ddp_wait.py"):
+                total += int(col[i:int(p.cct.end[i])].sum())
+        return total
+
+    per_rank = {}
+    for r, _ in rank_nodes(prof):
+        one = select_rank(prof, r)
+        mp = memory_peak(one)
+        per_rank[r] = {"comm_wait_on_measured_line": at_line(one, "comm_wait_time", measured),
+                       "slept": t[r]["slept"], "max_memory_allocated": t[r]["max_memory_allocated"],
+                       "recorded_peak_allocated": mp.peak_allocated if mp else None}
+    found = [f.to_json() for f in findings(prof)]
+    rw = next((f for f in found if f["rule"] == "rank-wait"), None)
+    slow_line = f"ddp_wait.py:{_line_of(WAIT_PROGRAM, '# SLOW')}"
+    wait0 = per_rank[0]["comm_wait_on_measured_line"] / 1e9
+    result = {"per_rank": per_rank, "sleep_truth_s": t[1]["slept"], "rank0_wait_s": wait0,
+              "wait_error": wait0 / t[1]["slept"] - 1 if t[1]["slept"] else None,
+              "finding": rw, "finding_names_sleep_line": bool(rw and rw["lines"] and rw["lines"][0].endswith(slow_line)),
+              "memory_exact": {str(r): v["recorded_peak_allocated"] == v["max_memory_allocated"] for r, v in per_rank.items()}}
+    with open(os.path.join(out, "wait.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"rank 1 slept {t[1]['slept']:.4f} s; rank 0 comm wait under the measured line {wait0:.4f} s "
+          f"({100 * (result['wait_error'] or 0):+.2f}%); rank 1's own {per_rank[1]['comm_wait_on_measured_line'] / 1e9:.4f} s")
+    print(f"rank-wait finding: {rw['figure'] if rw else 'none'}; lines {rw['lines'] if rw else []}; "
+          f"names {slow_line}: {result['finding_names_sleep_line']}")
+    for r, v in per_rank.items():
+        print(f"rank {r}: recorded peak allocated {v['recorded_peak_allocated']} B, "
+              f"max_memory_allocated {v['max_memory_allocated']} B")
+    print(open(os.path.join(out, "report.txt")).read())
+
+
 def ranks(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench/run.py ranks", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", nargs="?", choices=("merge", "ddp"), default="merge")
+    ap.add_argument("part", nargs="?", choices=("merge", "ddp", "wait"), default="merge")
     ap.add_argument("--nodes", type=int, default=10_000, help="merge: CCT nodes per rank (default: 10000)")
     ap.add_argument("--frames", type=int, default=2_000, help="merge: distinct frames of the program (default: 2000)")
     ap.add_argument("--ranks", default="8,64,256", help="merge: world sizes")
     ap.add_argument("--repeat", type=int, default=3, help="merge: runs per size; the median is shown")
-    ap.add_argument("--steps", type=int, default=30, help="ddp: measured steps")
+    ap.add_argument("--steps", type=int, default=30, help="ddp, wait: measured steps")
+    ap.add_argument("--sleep", type=float, default=0.1, help="wait: rank 1's sleep per measured step (s)")
     ap.add_argument("--batch", type=int, default=4096, help="ddp: rank 0's batch (rank 1 gets twice)")
     ap.add_argument("--width", type=int, default=4096, help="ddp: the MLP's width")
-    ap.add_argument("--cpu", action="store_true", help="ddp: a dry run with gloo on CPU (small sizes; the figures mean nothing)")
+    ap.add_argument("--cpu", action="store_true", help="ddp, wait: a dry run with gloo on CPU (small sizes; the figures mean nothing)")
     a = ap.parse_args(argv)
-    (merge if a.part == "merge" else ddp)(a)
+    {"merge": merge, "ddp": ddp, "wait": wait}[a.part](a)
