@@ -350,7 +350,10 @@ def wait(args: argparse.Namespace) -> None:
     for r, _ in rank_nodes(prof):
         one = select_rank(prof, r)
         mp = memory_peak(one)
-        per_rank[r] = {"comm_wait_on_measured_line": at_line(one, "comm_wait_time", measured),
+        log = dlpt.load(files[r]).meta.get("collectives") or []
+        per_rank[r] = {"collective_entries": {"gpu": sum(len(e["start"]) for e in log if e.get("gpu")),
+                                              "host": sum(len(e["start"]) for e in log if not e.get("gpu"))},
+                       "comm_wait_on_measured_line": at_line(one, "comm_wait_time", measured),
                        "slept": t[r]["slept"], "max_memory_allocated": t[r]["max_memory_allocated"],
                        "recorded_peak_allocated": mp.peak_allocated if mp else None}
     found = [f.to_json() for f in findings(prof)]

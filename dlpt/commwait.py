@@ -9,18 +9,19 @@ step), and rank r waits in it over the interval
 
     [start(r), max over ranks of start]
 
-— an estimate: it assumes the ranks' wall clocks agree (one host: the same clock), that the
+For a GPU collective (NCCL) the recorder logs each collective kernel instead, and its start on
+the GPU stands for the start: the kernel begins when its rank's stream reaches it and ends once
+every rank has. This is an estimate: it assumes the ranks' clocks agree (one host: the same clock), that the
 transfer starts once the last rank arrives, and that the rank waits for the result (a blocking
 `dist.all_reduce`, the step's end for DDP's buckets). The op itself often returns at once
 (the wait happens in `work.wait()`, outside any op), so its duration does not bound the wait;
 a rank that overlaps an asynchronous collective with its own work is overestimated. A rank's
 intervals overlap when it queues several collectives before the late rank arrives (DDP's
 buckets): the wait is their union, each instance taking the part that earlier ones left. The
-wait goes to `comm_wait_time` on the op's node,
-under the line that issued it; the rest of the call is the transfer (and, for a collective that
+wait goes to `comm_wait_time` on the op's node (a kernel's: the node that launched it), under
+the line that issued it; the rest of the call is the transfer (and, for a collective that
 returns at once, work done later). gloo's collectives are host ops, so this is host-side timing;
-for NCCL the host's start of each call stands for the rank's arrival (its kernel is queued
-then), which holds while the host runs at most a little ahead of its GPU.
+NCCL's are timed on the GPUs, whose CUPTI timestamps share the host's clock.
 """
 
 from __future__ import annotations
@@ -51,10 +52,19 @@ def _node_of_path(profile: Profile, path: list[list[Any]]) -> int | None:
     return node
 
 
+def _entries(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries a rank's waits are estimated from: its collective kernels where it logged any
+    (a GPU collective: the kernel's start on the GPU is the rank's arrival there, and the ops of
+    the backward pass, DDP's buckets among them, are not seen on the host in GPU recordings), else
+    its collective ops' calls (gloo: host ops)."""
+    gpu = [e for e in log if e.get("gpu")]
+    return gpu or log
+
+
 def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     """Each profile's comm_wait_time per node (one array per profile, its nodes' exclusive
     values), or None when fewer than two of them logged collective calls."""
-    logs = [p.meta.get("collectives") or [] for p in profiles]
+    logs = [_entries(p.meta.get("collectives") or []) for p in profiles]
     if sum(1 for g in logs if g) < 2:
         return None
     out = [np.zeros(len(p.cct), dtype=np.int64) for p in profiles]
@@ -64,7 +74,7 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
             node = _node_of_path(p, entry["path"])
             if node is None:
                 continue
-            key = tuple(tuple(f) for f in entry["path"])
+            key = (bool(entry.get("gpu")), *(tuple(f) for f in entry["path"]))
             calls.setdefault(key, []).append((r, node, np.asarray(entry["start"], dtype=np.int64),
                                               np.asarray(entry["end"], dtype=np.int64)))
     # Each instance's waiting interval on each rank: [own start, the last rank's start].

@@ -438,6 +438,24 @@ py::dict host_snapshot() {
     d["coll_end"] = column(ce);
     d["coll_dropped"] = g_coll_dropped;
   }
+  {
+    // Collective kernels, from CUPTI's clock into the steady clock, as the calls above.
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(g_coll_k_mu);
+    std::vector<int64_t> kn, ks, ke;
+#if defined(DLPT_CUPTI)
+    for (const CollCall& c : g_coll_k) {
+      kn.push_back(c.node);
+      ks.push_back(c.t0 - g_cupti_offset);
+      ke.push_back(c.t1 - g_cupti_offset);
+    }
+#endif
+    py::gil_scoped_acquire gil;
+    d["collk_node"] = column(kn);
+    d["collk_start"] = column(ks);
+    d["collk_end"] = column(ke);
+    d["collk_dropped"] = g_coll_k_dropped;
+  }
   d["realtime_offset"] = int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();
   d["samples"] = g_samples.load();

@@ -11,6 +11,7 @@ namespace {
 void busy_add(int64_t device, int64_t start, int64_t end);
 void sync_enter(ThreadState& ts, int64_t node);
 void sync_exit(ThreadState& ts);
+void collective_kernel_log(int64_t node, int64_t start, int64_t end);
 
 struct Leaf {
   int64_t node, name, count, total, minv, maxv, bytes, device, stream;
@@ -29,7 +30,8 @@ struct LeafKeyHash {
 std::mutex g_leaf_mu;
 std::vector<Leaf> g_leaves;
 std::unordered_map<LeafKey, int64_t, LeafKeyHash> g_leaf_idx;
-std::unordered_map<const char*, int64_t> g_kernel_name_cache;  // CUPTI's names are stable per kernel
+// CUPTI's names are stable per kernel: (name index, whether it is a collective's, NCCL's or RCCL's)
+std::unordered_map<const char*, std::pair<int64_t, bool>> g_kernel_name_cache;
 std::atomic<int64_t> g_records{0}, g_unlinked{0};
 int64_t g_no_launch_node = -1;
 
@@ -195,21 +197,29 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* k = reinterpret_cast<DLPT_KERNEL_T*>(rec);
         int64_t name;
+        bool coll;
         const char* kn = k->name;  // a packed struct's field: copied, not bound
         auto it = g_kernel_name_cache.find(kn);
         if (it != g_kernel_name_cache.end()) {
-          name = it->second;
+          name = it->second.first;
+          coll = it->second.second;
         } else {
           // CUPTI gives the mangled symbol; users (and Kineto's traces) read it demangled.
           int status = -1;
           char* dm = kn ? abi::__cxa_demangle(kn, nullptr, nullptr, &status) : nullptr;
-          name = name_idx(status == 0 && dm ? dm : (kn ? kn : "<unnamed kernel>"));
+          const char* shown = status == 0 && dm ? dm : (kn ? kn : "<unnamed kernel>");
+          name = name_idx(shown);
+          // ncclDevKernel_AllReduce_Sum_f32_RING_LL(...), ncclKernel_..., RCCL's alike (metrics.py)
+          coll = std::strncmp(shown, "nccl", 4) == 0 || std::strncmp(shown, "rccl", 4) == 0;
           std::free(dm);
-          g_kernel_name_cache.emplace(kn, name);
+          g_kernel_name_cache.emplace(kn, std::make_pair(name, coll));
         }
-        add_leaf_locked(record_node(k->correlationId), A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId,
-                        k->streamId);
+        int64_t node = record_node(k->correlationId);
+        add_leaf_locked(node, A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId, k->streamId);
         busy_add(k->deviceId, int64_t(k->start), int64_t(k->end));
+        // A collective's kernel starts on its GPU when this rank arrives there and ends once every
+        // rank has: its start is the rank's arrival (dlpt/commwait.py), kept per kernel.
+        if (coll) collective_kernel_log(node, int64_t(k->start), int64_t(k->end));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY:

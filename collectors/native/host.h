@@ -94,6 +94,19 @@ void collective_log(int64_t node, int64_t t0, int64_t t1) {
   else ++g_coll_dropped;
 }
 
+// Collective kernels (NCCL's, device.h), in CUPTI's clock: where RecordFunction is off (the
+// backward pass of a GPU recording, where DDP's buckets are all-reduced) their ops are not seen,
+// and on the GPU a kernel's start is the rank's arrival, better than the host's call.
+std::mutex g_coll_k_mu;  // its own: the activity thread holds g_leaf_mu when it logs
+std::vector<CollCall> g_coll_k;
+int64_t g_coll_k_dropped = 0;
+
+void collective_kernel_log(int64_t node, int64_t start, int64_t end) {
+  std::lock_guard<std::mutex> lk(g_coll_k_mu);
+  if (g_coll_k.size() < kMaxColl) g_coll_k.push_back(CollCall{node, start, end});
+  else ++g_coll_k_dropped;
+}
+
 // ----- sync time (CUPTI runtime-API callbacks, device.h) -----
 
 void sync_enter(ThreadState& ts, int64_t node) {
@@ -232,6 +245,11 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   {
     std::lock_guard<std::mutex> lk(g_leaf_mu);
     g_busy.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_coll_k_mu);
+    g_coll_k.clear();
+    g_coll_k_dropped = 0;
   }
   g_samples.store(0);
   g_sample_waits.store(0);

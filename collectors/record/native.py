@@ -105,6 +105,10 @@ class HostSnapshot(NamedTuple):
     coll_start: np.ndarray
     coll_end: np.ndarray
     coll_dropped: int
+    collk_node: np.ndarray  # collective (NCCL) kernels: the launch's node, start and end (steady clock)
+    collk_start: np.ndarray
+    collk_end: np.ndarray
+    collk_dropped: int
     window_start: int
     window_end: int  # 0 while recording
     now: int

@@ -173,24 +173,31 @@ class TrieConverter:
         meta.setdefault("timeline", {}).update(timeline(windows, busy, *w))  # beside memory's keys
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
-        """Each collective op's calls, by the op's path of frames (dlpt/commwait.py matches the
-        ranks' calls through it: node ids differ between ranks, paths do not), in the wall clock."""
-        if not len(host.coll_node):
-            return []
-        by_node: dict[int, list[int]] = {}
-        for i, n in enumerate(nmap[host.coll_node].tolist()):
-            by_node.setdefault(n, []).append(i)
+        """Each collective op's calls (host side) and each collective kernel's runs (`"gpu": True`,
+        in start order), by the path of frames to their node (dlpt/commwait.py matches the ranks'
+        entries through it: node ids differ between ranks, paths do not), in the wall clock."""
         out = []
         parents, frames = self.builder.parent, self.builder.frame
-        for n, idx in by_node.items():
-            path = []
-            m = n
-            while m > 0:
-                f = self.frames.frames[frames[m]]
-                path.append([f.kind, f.name, f.file, f.line, f.function])
-                m = parents[m]
-            out.append({"path": path[::-1], "start": (host.coll_start[idx] + host.realtime_offset).tolist(),
-                        "end": (host.coll_end[idx] + host.realtime_offset).tolist()})
+        for gpu, nodes, starts, ends in ((False, host.coll_node, host.coll_start, host.coll_end),
+                                         (True, host.collk_node, host.collk_start, host.collk_end)):
+            if not len(nodes):
+                continue
+            order = np.argsort(starts, kind="stable")
+            by_node: dict[int, list[int]] = {}
+            for i, n in zip(order.tolist(), nmap[nodes[order]].tolist()):
+                by_node.setdefault(n, []).append(i)
+            for n, idx in by_node.items():
+                path = []
+                m = n
+                while m > 0:
+                    f = self.frames.frames[frames[m]]
+                    path.append([f.kind, f.name, f.file, f.line, f.function])
+                    m = parents[m]
+                entry: dict[str, Any] = {"path": path[::-1], "start": (starts[idx] + host.realtime_offset).tolist(),
+                                         "end": (ends[idx] + host.realtime_offset).tolist()}
+                if gpu:
+                    entry["gpu"] = True
+                out.append(entry)
         return out
 
     def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None,
