@@ -226,9 +226,9 @@ def _rank_wall(profile: Profile, rank: int, node: int) -> int:
 
 def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     """Ranks waiting in collectives for another: named with the straggler's line. The straggler is
-    looked for in GPU compute first (collective kernels left out), then in host time (comm wait
-    left out), because a rank slowed by its host — a data loader, logging, a sleep, an `.item()` —
-    computes no more on its GPU than the others."""
+    looked for in GPU compute (collective kernels left out) and in host time (comm wait left
+    out), because a rank slowed by its host — a data loader, logging, a sleep, an `.item()` —
+    computes no more on its GPU than the others; the one with more extra time is named."""
     from dlpt.ranks import rank_nodes, straggler
 
     nodes = rank_nodes(profile)
@@ -239,12 +239,10 @@ def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     waited, wall, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
     if not wall or waited < RANK_WAIT_SHARE * wall:
         return None
-    verdict = None
-    for metric in ("gpu_time", "host_time"):
-        v = straggler(profile, metric)
-        if v is not None and v["straggler"]:
-            verdict = v
-            break
+    # Of the GPU and host verdicts, the straggler whose extra time is largest explains the wait:
+    # a rank a few ms slower on its GPU does not make another wait a second.
+    verdicts = [v for v in (straggler(profile, m) for m in ("gpu_time", "host_time")) if v is not None and v["straggler"]]
+    verdict = max(verdicts, key=lambda v: v["excess"], default=None)
     figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / wall:.0%} of its "
               f"wall time; estimated from the ranks' start times)")
     if verdict is None:

@@ -35,7 +35,7 @@ slept = {"all_reduce": 0.0, "ddp": 0.0}
 for _ in range(3):
     if rank == 1:
         t0 = time.perf_counter()
-        time.sleep(0.3)  # SLOW
+        time.sleep(0.5)  # SLOW
         slept["all_reduce"] += time.perf_counter() - t0
     dist.all_reduce(t)  # ALLREDUCE
 # DDP: its buckets are all-reduced from hooks inside the backward pass, several per step
