@@ -61,6 +61,15 @@ def _entries(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return gpu or log
 
 
+def collective_span(profile: Profile) -> int | None:
+    """The time from the rank's first collective's start to its last one's end (ns), the stretch
+    over which it ran in step with the others; None where it logged none."""
+    log = _entries(profile.meta.get("collectives") or [])
+    starts = [min(e["start"]) for e in log if e.get("start")]
+    ends = [max(e["end"]) for e in log if e.get("end")]
+    return int(max(ends) - min(starts)) if starts and ends else None
+
+
 def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     """Each profile's comm_wait_time per node (one array per profile, its nodes' exclusive
     values), or None when fewer than two of them logged collective calls."""

@@ -33,7 +33,7 @@ PAGEABLE_WALL_SHARE = 0.02  # pageable host-to-device copies at least 2% of the 
 LOADER_IDLE_SHARE = 0.10  # idle while the data loader fetches: at least 10% of the idle ...
 LOADER_DEVICE_SHARE = 0.05  # ... and 5% of the devices' time
 GPU_BUSY_ABOVE = 0.90
-RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, at least 5% of its wall time
+RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, 5% of the time it ran in step with them
 TOP_LINES = 3
 
 _LOADER_FILE = "torch/utils/data/"
@@ -214,14 +214,18 @@ def gpu_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         "or compiled kernels (torch.compile) and fewer, larger ops make them faster")
 
 
-def _rank_wall(profile: Profile, rank: int, node: int) -> int:
-    """A merged rank's wall time (its recording window), else its host time."""
+def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
+    """What a merged rank's comm wait is a share of: the stretch from its first collective to its
+    last (start-up, model loading and the end left out: the wait can only fall inside it), else
+    its recording window, else its host time; and that stretch's name."""
     for m in profile.meta.get("ranks") or []:
         if isinstance(m, dict) and m.get("rank") == rank:
+            if m.get("collective_span"):
+                return int(m["collective_span"]), "the time between its first and last collective"
             wall = rank_window(m)[0]
             if wall:
-                return int(wall)
-    return int(profile.cct.inclusive[node, COL["host_time"]])
+                return int(wall), "its wall time"
+    return int(profile.cct.inclusive[node, COL["host_time"]]), "its host time"
 
 
 def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
@@ -235,16 +239,16 @@ def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     if len(nodes) < 2:
         return None
     wait_col = profile.cct.inclusive[:, COL["comm_wait_time"]]
-    per_rank = [(int(wait_col[node]), _rank_wall(profile, r, node), r) for r, node in nodes]
-    waited, wall, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
-    if not wall or waited < RANK_WAIT_SHARE * wall:
+    per_rank = [(int(wait_col[node]), *_rank_span(profile, r, node), r) for r, node in nodes]
+    waited, span, of_what, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
+    if not span or waited < RANK_WAIT_SHARE * span:
         return None
     # Of the GPU and host verdicts, the straggler whose extra time is largest explains the wait:
     # a rank a few ms slower on its GPU does not make another wait a second.
     verdicts = [v for v in (straggler(profile, m) for m in ("gpu_time", "host_time")) if v is not None and v["straggler"]]
     verdict = max(verdicts, key=lambda v: v["excess"], default=None)
-    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / wall:.0%} of its "
-              f"wall time; estimated from the ranks' start times)")
+    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / span:.0%} of "
+              f"{of_what}; estimated from the ranks' start times)")
     if verdict is None:
         return Finding("rank-wait", [], figure + "; no rank computes more than the others",
                        "the ranks arrive at collectives apart without one computing more: look for work "

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.cct import CCT
-from dlpt.commwait import comm_wait_columns
+from dlpt.commwait import collective_span, comm_wait_columns
 from dlpt.errors import notice
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
@@ -153,6 +153,9 @@ def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
     for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory"):
         if m.get(k) is not None:
             out[k] = m[k]
+    span = collective_span(p)
+    if span:
+        out["collective_span"] = span
     return out
 
 

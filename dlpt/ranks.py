@@ -227,8 +227,8 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
        other ranks); S is the straggler when excess >= STRAGGLER_MIN_SHARE * compute(S);
     3. the straggler line is the source line (flat view by line, library frames hidden or not
-       by `hide_library_unless`) whose compute on S exceeds its compute on every other rank by
-       the most;
+       by `hide_library_unless`) whose compute on S (taken as at least 0 on every rank) exceeds
+       its compute on every other rank by the most;
     4. wait = median(communication of the other ranks) - communication(S): how much longer the
        fast ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE *
        excess (None when no rank communicated in this metric).
@@ -260,7 +260,11 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
         out["mirrored"] = bool(excess > 0 and wait >= MIRROR_MIN_SHARE * excess)
     fv = flat(profile, "line")
     _, m = per_rank_groups(profile, fv.owner, len(fv.labels), comp_node)
-    lines = m[:-1]  # the last group is <no source line>: a verdict names a line
+    # The last group is <no source line>: a verdict names a line. A line's compute is at least 0:
+    # comm wait estimated on a line where the host did not block (an NCCL call returns at once;
+    # the host waits later, at a sync) would make it negative there, and every other rank's
+    # line look slower.
+    lines = np.maximum(m[:-1], 0)
     if len(lines):
         line_excess = lines[:, s] - lines[:, others].max(axis=1)
         g = int(np.argmax(line_excess))
