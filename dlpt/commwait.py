@@ -9,9 +9,9 @@ step), and rank r waits in it over the interval
 
     [start(r), max over ranks of start]
 
-For a GPU collective (NCCL) the recorder logs each collective kernel instead, and its start on
-the GPU stands for the start: the kernel begins when its rank's stream reaches it and ends once
-every rank has. This is an estimate: it assumes the ranks' clocks agree (one host: the same clock), that the
+For a GPU collective (NCCL) the recorder also logs each collective kernel, whose start on the
+GPU stands for the rank's arrival: the kernel begins when its rank's stream reaches it and ends
+once every rank has. This is an estimate: it assumes the ranks' clocks agree (one host: the same clock), that the
 transfer starts once the last rank arrives, and that the rank waits for the result (a blocking
 `dist.all_reduce`, the step's end for DDP's buckets). The op itself often returns at once
 (the wait happens in `work.wait()`, outside any op), so its duration does not bound the wait;
@@ -53,12 +53,13 @@ def _node_of_path(profile: Profile, path: list[list[Any]]) -> int | None:
 
 
 def _entries(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries a rank's waits are estimated from: its collective kernels where it logged any
-    (a GPU collective: the kernel's start on the GPU is the rank's arrival there, and the ops of
-    the backward pass, DDP's buckets among them, are not seen on the host in GPU recordings), else
-    its collective ops' calls (gloo: host ops)."""
-    gpu = [e for e in log if e.get("gpu")]
-    return gpu or log
+    """The entries a rank's waits are estimated from: its collective ops' calls and its collective
+    kernels (`"gpu"`), each kind matched across ranks on its own. Both are needed on GPUs: the
+    backward pass's ops (DDP's buckets) are not seen on the host in GPU recordings, and NCCL's
+    first call on a communicator waits on the host, before any kernel, for every rank to join.
+    Where the two overlap (the same collective's call and kernel), the union below counts the
+    wait once."""
+    return [e for e in log if e.get("start")]
 
 
 def collective_span(profile: Profile) -> int | None:
