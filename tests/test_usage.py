@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import DATA, trace_path
 
@@ -111,6 +112,76 @@ def test_top_limits_every_level_of_the_bottom_up_view() -> None:
     top3 = _lines(trace, "--view", "bottom-up", "--top", "3")
     every = _lines(trace, "--view", "bottom-up")
     assert len(top3) < len(every) / 2
+
+
+def _caller_flows(path: str, metric: str) -> dict[tuple, int]:
+    """What a bottom-up view must show, from the top-down tree one node at a time: for every
+    path (a frame that spent time, then its caller, its caller's caller, ...) the time spent
+    in that frame on that path."""
+    from collections import Counter
+
+    prof = dlpt.load(path)
+    cct, col = prof.cct, COL[metric]
+    parent, frame = cct.parent.tolist(), cct.frame.tolist()
+    flow: Counter = Counter()
+    for n in range(1, len(cct)):
+        spent = int(cct.exclusive[n, col])
+        key: tuple = ()
+        m = n
+        while spent and m > 0:
+            f = prof.frames[frame[m]]
+            key += ((f.kind, f.name, f.file, f.line, f.function),)
+            flow[key] += spent
+            m = parent[m]
+    return {k: v for k, v in flow.items() if v}
+
+
+@pytest.mark.parametrize("path", [str(trace_path("gpt_train")), CPU])
+def test_bottom_up_self_time_only_on_the_frames_that_spent_it(path: str) -> None:
+    """Bottom-up, as pyinstrument's inverted view and speedscope's callers read: the level-one
+    rows are the frames that spent time, their self time summing to the total; below them their
+    callers, each row's value the time flowing through that chain of callers, and no self time
+    on a caller row — the outermost caller (`<module>`) spent none of it."""
+    doc = json.loads(dlpt_cli("report", path, "--view", "bottom-up", "--format", "json", "--top", "0",
+                              "--min-percent", "0", "--include-library").stdout)
+    flow = _caller_flows(path, doc["metric"])
+    seen = 0
+
+    def walk(nodes: list[dict], above: tuple) -> None:
+        nonlocal seen
+        for n in nodes:
+            key = above + ((n["kind"], n["name"], n["file"], n["line"], n["function"]),)
+            assert n["inclusive"] == flow[key], key
+            assert n["exclusive"] == (n["inclusive"] if not above else 0), key
+            seen += 1
+            walk(n["children"], key)
+
+    walk(doc["roots"], ())
+    assert seen == len(flow)  # every chain of callers, none made up
+    assert sum(n["exclusive"] for n in doc["roots"]) == sum(n["inclusive"] for n in doc["roots"]) == doc["total"]
+    # The text: a caller row's self column is blank; a frame's row gives its self time.
+    lines = _lines(path, "--view", "bottom-up", "--top", "0", "--min-percent", "0", "--include-library")
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["%", "incl", "self"])
+    at = lines[head].index("self") + len("self")  # the self column's right edge
+    rows = [ln for ln in lines[head + 1:] if ln[6:7] == "%"]
+    assert len(rows) == seen
+    for ln in rows:
+        incl, own, name = ln[at - 21:at - 11].strip(), ln[at - 10:at].strip(), ln[at + 2:]
+        assert own == ("" if name.startswith(" ") else incl), ln
+    # The TUI and the DataFrame show the same self column.
+    from dlpt.transforms import hide_library_unless
+    from dlpt.viewers.tui.rows import bottom_up_rows
+    from dlpt.views import bottom_up, bottom_up_self
+
+    prof = dlpt.load(path)
+    rows_ = bottom_up_rows(hide_library_unless(prof, True))
+    keys = np.arange(1, len(rows_))
+    want = bottom_up_self(rows_.cct)[keys, COL[doc["metric"]]]
+    assert np.array_equal(rows_.secondary(keys, COL[doc["metric"]]), want)
+    assert not want[rows_.cct.parent[keys] != 0].any() and want.sum() == doc["total"]
+    df = prof.to_dataframe(view="bottom-up", include_library=True)
+    tree = bottom_up(hide_library_unless(prof, True)).cct
+    assert np.array_equal(df[doc["metric"]].to_numpy(), bottom_up_self(tree)[:, COL[doc["metric"]]])
 
 
 def _view(*args: str) -> list[str]:
