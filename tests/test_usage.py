@@ -39,21 +39,41 @@ def no_traceback(r: subprocess.CompletedProcess) -> None:
 def test_cpu_profile_has_host_time_and_no_gpu_time() -> None:
     prof = dlpt.load(CPU)
     tot = prof.cct.exclusive.sum(axis=0)
-    assert tot[COL["gpu_time"]] == 0 and tot[COL["cpu_time"]] > 0
+    assert tot[COL["gpu_time"]] == 0 and tot[COL["host_time"]] > 0 and tot[COL["cpu_time"]] > 0
 
 
-def test_every_command_ranks_a_cpu_profile_by_cpu_time(tmp_path) -> None:
-    r = dlpt_cli("report", CPU, "--view", "flat", "--format", "json")
+def without_host_time(tmp_path) -> str:
+    """The CPU profile as a recording without the sampler has it (older recordings, Kineto
+    traces): host op time, no host_time."""
+    from dataclasses import replace
+
+    from dlpt.cct import CCT
+    from dlpt.store import save
+
+    prof = dlpt.load(CPU)
+    exc = prof.cct.exclusive.copy()
+    exc[:, COL["host_time"]] = 0
+    out = tmp_path / "ops_only.dlpt"
+    save(replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc)), str(out))
+    return str(out)
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_every_command_ranks_a_cpu_profile_by_host_time(tmp_path, sampled: bool) -> None:
+    # A recording's sampler gives host_time, the time on each line; without it, host op time.
+    path, metric, said = (CPU, "host_time", "the host's time on each line") if sampled else \
+        (without_host_time(tmp_path), "cpu_time", "showing host op time")
+    r = dlpt_cli("report", path, "--view", "flat", "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metric"] == "cpu_time"
-    assert "showing host op time" in r.stderr
-    r = dlpt_cli("export", CPU)
+    assert json.loads(r.stdout)["metric"] == metric
+    assert said in r.stderr
+    r = dlpt_cli("export", path)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["metric"] == "cpu_time" and doc["hotspots"][0]["percent"] > 0
-    r = dlpt_cli("diff", CPU, CPU, "--format", "json")
+    assert doc["metric"] == metric and doc["hotspots"][0]["percent"] > 0
+    r = dlpt_cli("diff", path, path, "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metric"] == "cpu_time"
+    assert json.loads(r.stdout)["metric"] == metric
     # A GPU profile keeps gpu_time, and says nothing about it.
     r = dlpt_cli("report", GPU, "--format", "json")
     assert json.loads(r.stdout)["metric"] == "gpu_time" and r.stderr == ""
@@ -69,24 +89,24 @@ def test_diff_of_two_cpu_runs_sees_the_change(tmp_path) -> None:
 
     prof = dlpt.load(CPU)
     fv = flat(prof, "line")
-    g = int(fv.exclusive[:, COL["cpu_time"]].argmax())
+    g = int(fv.exclusive[:, COL["host_time"]].argmax())
     owned = fv.owner == g  # the line's nodes and the ops beneath it that hold its time
-    assert prof.cct.exclusive[owned, COL["cpu_time"]].sum() > 0
+    assert prof.cct.exclusive[owned, COL["host_time"]].sum() > 0
     exc = prof.cct.exclusive.copy()
-    exc[owned, COL["cpu_time"]] *= 2
+    exc[owned, COL["host_time"]] *= 2
     b = tmp_path / "b.dlpt"
     save(replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc)), str(b))
     r = dlpt_cli("diff", CPU, str(b), "--format", "json", "--include-library")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["metric"] == "cpu_time" and doc["delta"] > 0
+    assert doc["metric"] == "host_time" and doc["delta"] > 0
     assert doc["rows"][0]["label"] == fv.labels[g] and doc["rows"][0]["delta"] == doc["delta"]
 
 
 def test_graphframe_default_metric_follows_the_profile() -> None:
     pytest.importorskip("hatchet")
     gf = dlpt.load(CPU).to_graphframe()
-    assert gf.default_metric == "cpu_time (inc)"
+    assert gf.default_metric == "host_time (inc)"
     assert gf.dataframe[gf.default_metric].max() > 0
     assert dlpt.load(GPU).to_graphframe().default_metric == "gpu_time (inc)"
 
