@@ -145,7 +145,8 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
 def bottom_up(profile: Profile) -> Profile:
     """The inverted tree: level one holds every frame that has exclusive metrics, its children
     are its callers, and so on to the outermost frame. Each node's exclusive metrics sit at
-    the end of its reversed path, so inclusive values read as 'through this caller chain'.
+    the end of its reversed path, so inclusive values read as 'through this caller chain'; its
+    rows' self values are `bottom_up_self`, not that `exclusive`.
 
     Built level by level in numpy: the inverted node at level k of a source node is
     (inverted node at level k-1, frame of its k-th ancestor)."""
@@ -175,6 +176,23 @@ def bottom_up(profile: Profile) -> Profile:
     exc[0] += cct.exclusive[0]
     # Activities refer to top-down nodes, which an inverted tree does not have.
     return replace(profile, cct=CCT(bparent, bframe, exc), activities=type(profile.activities).empty())
+
+
+def bottom_up_self(tree: CCT) -> np.ndarray:
+    """The self values of a bottom-up tree's rows (`bottom_up(profile).cct`), every metric
+    column. A level-one row is a frame where time was spent: its self value is all of its value
+    (that frame's self time over the run). A caller row has none: time only flows through it,
+    and its inclusive value says how much. The root keeps its own.
+
+    Read a "self" column from this, never from `tree.exclusive`: the inverted tree stores each
+    path's time at the path's outermost caller — that is what makes its inclusive values the
+    time through each caller chain — so `exclusive` would show the time as the self time of the
+    outermost caller (`<module>`), which spent none of it."""
+    out = np.zeros_like(tree.exclusive)
+    level_one = np.flatnonzero(tree.parent == 0)
+    out[level_one] = tree.inclusive[level_one]
+    out[0] = tree.exclusive[0]
+    return out
 
 
 def node_flags(profile: Profile) -> tuple[np.ndarray, np.ndarray]:

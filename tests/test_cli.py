@@ -57,7 +57,7 @@ def test_import_then_export_hotspots(tmp_path):
     r = dlpt("export", str(prof), "-f", "hotspots", "-o", str(hot), "--top", "3")
     assert r.returncode == 0, r.stderr
     doc = json.loads(hot.read_text())
-    assert doc["schema"] == "dlpt.hotspots/1"
+    assert doc["schema"] == "dlpt.hotspots/2"
     assert doc["profile"]["source"] == "kineto"
     assert len(doc["hotspots"]) == 3
     assert doc["summary"]["backward_time"] > 0
@@ -152,9 +152,50 @@ def test_output_to_a_pipe_or_device_writes_into_it(tmp_path):
     reader.join(60)
     assert r.returncode == 0, r.stderr
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
-    assert json.loads(got[0])["schema"] == "dlpt.hotspots/1"
+    assert json.loads(got[0])["schema"] == "dlpt.hotspots/2"
     r = dlpt("report", str(trace_path("threaded")), "-o", str(tmp_path))
     assert r.returncode == 2 and "is a directory" in r.stderr
+
+
+# A hotspots file a CI job stored before schema 2: the place in the ranking was called "rank".
+HOTSPOTS_V1 = {
+    "schema": "dlpt.hotspots/1", "unit": "us", "metric": "gpu_time",
+    "profile": {"path": "run.dlpt", "source": "record", "command": "dlpt record train.py", "dlpt_version": "0.1.0"},
+    "summary": {"gpu_time": 30.0, "ranks": [{"rank": 0, "gpu_time": 10.0}, {"rank": 1, "gpu_time": 20.0}]},
+    "hotspots": [{"rank": 1, "file": "model.py", "line": 42, "function": "forward", "gpu_time": 20.0,
+                  "per_rank": {"0": 5.0, "1": 15.0}},
+                 {"rank": 2, "file": "train.py", "line": 7, "function": "step", "gpu_time": 10.0,
+                  "per_rank": {"0": 5.0, "1": 5.0}}],
+}
+
+
+def test_hotspots_schema_2_names_the_place_position_and_reads_schema_1(tmp_path):
+    from dlpt.viewers.hotspots import read_hotspots
+
+    hot = tmp_path / "hot.json"
+    r = dlpt("export", str(trace_path("gpt_train")), "-f", "hotspots", "-o", str(hot), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(hot.read_text())
+    assert doc["schema"] == "dlpt.hotspots/2"
+    assert [h["position"] for h in doc["hotspots"]] == [1, 2, 3]
+    assert not any("rank" in h for h in doc["hotspots"])  # "rank" is a process rank, nothing else
+    assert read_hotspots(hot) == read_hotspots(doc) == doc
+    # /1 reads as /2: the same entries, the place under its new name, process ranks untouched.
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(HOTSPOTS_V1))
+    got = read_hotspots(old)
+    assert got["schema"] == "dlpt.hotspots/2"
+    assert [(h["position"], h["line"], h["per_rank"]) for h in got["hotspots"]] == \
+        [(1, 42, {"0": 5.0, "1": 15.0}), (2, 7, {"0": 5.0, "1": 5.0})]
+    assert not any("rank" in h for h in got["hotspots"])
+    assert got["summary"] == HOTSPOTS_V1["summary"]
+    for bad, said in (({"schema": "dlpt.hotspots/9"}, "dlpt.hotspots/9"), ({"schema": "dlpt.report/1"}, "report"),
+                      ([1, 2], "None")):
+        with pytest.raises(DlptError, match=said):
+            read_hotspots(bad)  # type: ignore[arg-type]
+    (tmp_path / "junk.json").write_text("{")
+    with pytest.raises(DlptError, match="not JSON"):
+        read_hotspots(tmp_path / "junk.json")
 
 
 def test_directory_prefers_profiler_trace_files(tmp_path):

@@ -164,7 +164,7 @@ def test_hiding_library_frames_keeps_user_code_and_totals():
 def test_hotspots_document(name):
     prof = load(name)
     doc = hotspots(prof, top=10)
-    assert doc["schema"] == "dlpt.hotspots/1" and doc["unit"] == "us"
+    assert doc["schema"] == "dlpt.hotspots/2" and doc["unit"] == "us"
     s = doc["summary"]
     gpu = input_gpu_ns(name) / 1000
     assert s["gpu_time"] == pytest.approx(gpu, abs=1e-3)
@@ -172,7 +172,7 @@ def test_hotspots_document(name):
     assert s["kernel_time"] + s["memset_time"] + mc["HtoD"] + mc["DtoH"] + mc["DtoD"] + mc["other"] == \
         pytest.approx(s["gpu_time"], abs=0.01)
     hs = doc["hotspots"]
-    assert hs and [h["rank"] for h in hs] == list(range(1, len(hs) + 1))
+    assert hs and [h["position"] for h in hs] == list(range(1, len(hs) + 1))
     assert all(a["gpu_time"] >= b["gpu_time"] for a, b in zip(hs, hs[1:]))
     for h in hs:
         assert h["file"] and h["line"] > 0 and h["call_path"][-1].endswith(f":{h['line']} {h['function']}")

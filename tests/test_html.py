@@ -51,8 +51,14 @@ def top_rows(data: dict, by: str, metric: str, n: int = 5) -> list[str]:
     return [tab["rows"][i][0] for i in order[:n]]
 
 
+def shown(prof: Profile) -> Profile:
+    """What `dlpt report` and the page hold of a profile by default: library frames hidden and
+    torch.compile's one-off work left out (dlpt.scope)."""
+    return Scope().apply(prof)
+
+
 def report_top(prof: Profile, by: str, metric: str, n: int = 5) -> list[str]:
-    p = Scope().apply(prof)
+    p = shown(prof)
     rows = flat_rows(p, ReportOptions(view="flat", by=by, metric=metric, top=n, min_percent=0))
     def name(r: dict) -> str:  # as render_flat names rows: kernels shortened, lines by their label
         if by == "kernel" and r["frame"].kind == "kernel":
@@ -82,10 +88,10 @@ def test_page_holds_the_report(pages, name):
     data = data_of(page)
     prof = open_profiles([str(PROFILES[name])])
     metric = default_metric(prof)
-    shown = Scope().apply(prof)
-    assert data["metric"] == metric and data["header"] == header(shown, metric)
-    assert data["diagnosis"] == [ln for ln in diagnosis_lines(shown) if ln.strip()]
-    tot = shown.cct.exclusive.sum(axis=0)
+    view = shown(prof)
+    assert data["metric"] == metric and data["header"] == header(view, metric)
+    assert data["diagnosis"] == [ln for ln in diagnosis_lines(view) if ln.strip()]
+    tot = view.cct.exclusive.sum(axis=0)
     assert {m["name"] for m in data["metrics"]} == {m for m in METRICS if tot[COL[m]] > 0}
     for by in ("line", "function", "kernel", "op"):
         for m in [x["name"] for x in data["metrics"]][:4]:
@@ -98,12 +104,12 @@ def test_flame_tree_keeps_inclusive_values(pages, name):
     """The flame graph's tree is the CCT: each drawn node's value is its inclusive value, and a
     node holds at least the sum of its drawn children."""
     data = data_of(pages[name].read_text(encoding="utf-8"))
-    shown = Scope().apply(open_profiles([str(PROFILES[name])]))
+    view = shown(open_profiles([str(PROFILES[name])]))
     tree = data["views"][0]["tree"]
-    assert tree["folded"] == 0 and tree["nodes"] == len(shown.cct)
+    assert tree["folded"] == 0 and tree["nodes"] == len(view.cct)
     for m, vals in tree["values"].items():
         v = np.array(vals)
-        assert v[0] == int(shown.cct.exclusive[:, COL[m]].sum())
+        assert v[0] == int(view.cct.exclusive[:, COL[m]].sum())
         kids = np.zeros(len(v), dtype=np.int64)
         par = np.array(tree["parent"])
         np.add.at(kids, par[1:], v[1:])
@@ -231,7 +237,7 @@ def test_page_in_browser(browser, pages, name, tmp_path):
         .map(g => g.getBoundingClientRect().width))""")
     assert widest > full - 2, "a click on the frame zooms it to the whole width"
     # The click selected the line: the source pane shows its file there, or says it has no text.
-    fr = flat_rows(Scope().apply(prof), ReportOptions(view="flat", metric=metric, top=1))[0]["frame"]
+    fr = flat_rows(shown(prof), ReportOptions(view="flat", metric=metric, top=1))[0]["frame"]
     assert b.eval("document.getElementById('source-name').textContent") == f"{fr.file}:{fr.line}"
     if fr.file in prof.sources:
         hot = b.eval("document.querySelector('#source .src.hot').textContent")

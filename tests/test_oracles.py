@@ -1,6 +1,7 @@
 """Results checked against something dlpt did not compute: the activity rows a profile stores
-(every per-node metric, view and summary total is recomputed from them here, with plain Python
-loops), and torch's own per-op totals of the same Kineto traces (`*.torchref.json`).
+(every per-node activity metric, view and summary total is recomputed from them here, with plain
+Python loops; the metrics no activity makes are held to the figures the recording wrote beside
+them), and torch's own per-op totals of the same Kineto traces (`*.torchref.json`).
 
 None of these needs torch: the profiles and traces were recorded on an H100/H200 and are read
 as data."""
@@ -17,6 +18,7 @@ from conftest import DATA, FIXTURES, TRACE_NAMES, trace_path
 
 import dlpt
 from dlpt.collectors.kineto import import_traces
+from dlpt.idle import IDLE_STARTUP, IDLE_UNATTRIBUTED
 from dlpt.metrics import COL, is_collective
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.hotspots import summary
@@ -35,7 +37,13 @@ KIND_COLUMNS = {
     4: ("memcpy_other_time", "copy_count", None),
     5: ("memset_time", "memset_count", None),
 }
-GPU_COLUMNS = [c for c in COL if c != "cpu_time"]
+# The columns a recording fills from its activity rows. Every other column comes from elsewhere
+# and is held by its own books below: cpu_time (host ops), host_time (the sampler), gpu_idle_time
+# (the GPU's idle gaps blamed on host lines), sync_time (blocking CUDA calls), comm_wait_time (ranks
+# read together), alloc_bytes / alloc_count / peak_bytes (the caching allocator's events).
+ACTIVITY_COLUMNS = ["gpu_time", "comm_time", *sorted({c for cols in KIND_COLUMNS.values() for c in cols if c})]
+OWN_BOOKS = ["cpu_time", "host_time", "gpu_idle_time", "sync_time", "comm_wait_time",
+             "alloc_bytes", "alloc_count", "peak_bytes"]
 
 
 def load(name: str) -> dlpt.Profile:
@@ -92,16 +100,68 @@ def as_column(counter: Counter, n: int) -> np.ndarray:
     return col
 
 
+def test_every_column_is_checked_by_one_rule() -> None:
+    assert sorted(ACTIVITY_COLUMNS + OWN_BOOKS) == sorted(COL)  # a new metric needs a rule here
+
+
 @pytest.mark.parametrize("name", RECORDED)
 def test_recorded_exclusive_metrics_are_the_activities(name: str) -> None:
-    """The exclusive matrix a recording stores, every GPU column of every node, against the
+    """The exclusive matrix a recording stores, every activity column of every node, against the
     activity rows stored beside it."""
     prof = load(name)
     assert prof.collector == "record" and prof.meta["gpu"] is True and len(prof.activities) > 0
     exc = recomputed_exclusive(prof)
     n = len(prof.cct)
-    for m in GPU_COLUMNS:
+    for m in ACTIVITY_COLUMNS:
         assert np.array_equal(prof.cct.exclusive[:, COL[m]], as_column(exc[m], n)), m
+
+
+@pytest.mark.parametrize("name", [*RECORDED, "gpu_nanogpt_b8"])
+def test_recorded_columns_without_activities_keep_their_own_books(name: str) -> None:
+    """The columns no activity row makes, against the figures the recording wrote beside them
+    (meta `window`, `gpu_idle`, `memory`: dlpt/idle.py, collectors/record/memory.py) and what
+    the stored activities bound. A recording without the sampler (format 1) has none of them."""
+    prof = load(name)
+    exc, kinds = prof.cct.exclusive, [prof.frame_of(i).kind for i in range(len(prof.cct))]
+    tot = {m: int(exc[:, COL[m]].sum()) for m in OWN_BOOKS}
+    on = {m: {kinds[i] for i in np.flatnonzero(exc[:, COL[m]]).tolist()} for m in OWN_BOOKS}
+    assert on["cpu_time"] == {"op"}  # host ops' self time, on the ops
+    assert tot["comm_wait_time"] == 0  # estimated only when several ranks are read together
+    if "gpu_idle" not in prof.meta:
+        assert not any(tot[m] for m in ("host_time", "gpu_idle_time", "sync_time", "alloc_bytes", "alloc_count",
+                                        "peak_bytes"))
+        return
+    win, idle, mem = prof.meta["window"], prof.meta["gpu_idle"], prof.meta["memory"]
+    wall = win["end"] - win["start"]
+    # Idle: the tree holds all of it, start-up and unattributed idle on their named rows, the
+    # rest on the host lines that ran meanwhile, which the sampler saw (they hold host_time).
+    assert tot["gpu_idle_time"] == idle["idle"]
+    named = {prof.frame_of(i).name: int(exc[i, COL["gpu_idle_time"]]) for i in range(len(prof.cct))
+             if kinds[i] == "unattributed"}
+    assert named.get(f"<unattributed: {IDLE_STARTUP}>", 0) == idle["start-up"]
+    assert named.get(f"<unattributed: {IDLE_UNATTRIBUTED}>", 0) == idle["unattributed"]
+    on_lines = (exc[:, COL["gpu_idle_time"]] > 0) & (np.array(kinds) != "unattributed")
+    assert int(exc[on_lines, COL["gpu_idle_time"]].sum()) == idle["host"] + idle["sync"]
+    assert (exc[on_lines, COL["host_time"]] > 0).all()
+    # Busy and idle fill each device's window; busy is the union of the activities, never more
+    # than their sum.
+    assert idle["busy"] + idle["idle"] == sum(d["window"] for d in idle["devices"].values())
+    assert 0 < idle["busy"] <= sum(r[2] for r in activity_rows(prof))
+    # Host time: the sampler adds the time since its last wake to each thread's line, from the
+    # window's start to its end. These programs run one thread (no [thread] node), which it
+    # missed only while the thread had no Python frame: under 1% of the window, never more.
+    assert "thread" not in kinds and on["host_time"] <= {"python", "root"}
+    assert 0.99 * wall <= tot["host_time"] <= wall
+    # Sync time is host time spent blocked, on the op or line that blocked.
+    assert 0 < tot["sync_time"] <= tot["host_time"] and on["sync_time"] <= {"op", "python"}
+    # Memory: the bytes live at the peak are the recorded peak (what was allocated before the
+    # recording on a named row of its own); each line held at most what it allocated, and
+    # allocations are counted where their bytes are.
+    assert tot["peak_bytes"] == mem["peak_allocated"]
+    lines = np.array(kinds) != "unattributed"
+    assert (exc[lines, COL["peak_bytes"]] <= exc[lines, COL["alloc_bytes"]]).all()
+    assert np.array_equal(exc[:, COL["alloc_bytes"]] > 0, exc[:, COL["alloc_count"]] > 0)
+    assert 0 < tot["alloc_count"] <= mem["events"]
 
 
 @pytest.mark.parametrize("name", RECORDED)

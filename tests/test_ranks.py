@@ -142,7 +142,7 @@ def test_hotspots_per_rank_and_summary_ranks():
     a = gpu_profile({10: [("gemm", 500), (AR, 950)], 20: [("relu", 100)]}, rank=0)
     b = gpu_profile({10: [("gemm", 1400), (AR, 50)], 20: [("relu", 300)]}, rank=1)
     doc = hotspots(merge_profiles([a, b]), "gpu_time")
-    assert doc["schema"] == "dlpt.hotspots/1"
+    assert doc["schema"] == "dlpt.hotspots/2"
     ranks = doc["summary"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert sum(r["gpu_time"] for r in ranks) == pytest.approx(doc["summary"]["gpu_time"])

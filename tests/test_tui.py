@@ -293,7 +293,7 @@ async def test_export_hotspots(tmp_path) -> None:
     assert app.last_export == str(out)
     assert stat.S_IMODE(out.stat().st_mode) == 0o644  # a file like any other, not a private 0600 one
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "dlpt.hotspots/1" and doc["metric"] == "gpu_time"
+    assert doc["schema"] == "dlpt.hotspots/2" and doc["metric"] == "gpu_time"
     assert doc["summary"]["memcpy_time"]["HtoD"] > 0 and doc["hotspots"]
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".dlpt-")]  # no temporary left
 

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import DATA, trace_path
 
@@ -38,21 +39,41 @@ def no_traceback(r: subprocess.CompletedProcess) -> None:
 def test_cpu_profile_has_host_time_and_no_gpu_time() -> None:
     prof = dlpt.load(CPU)
     tot = prof.cct.exclusive.sum(axis=0)
-    assert tot[COL["gpu_time"]] == 0 and tot[COL["cpu_time"]] > 0
+    assert tot[COL["gpu_time"]] == 0 and tot[COL["host_time"]] > 0 and tot[COL["cpu_time"]] > 0
 
 
-def test_every_command_ranks_a_cpu_profile_by_cpu_time(tmp_path) -> None:
-    r = dlpt_cli("report", CPU, "--view", "flat", "--format", "json")
+def without_host_time(tmp_path) -> str:
+    """The CPU profile as a recording without the sampler has it (older recordings, Kineto
+    traces): host op time, no host_time."""
+    from dataclasses import replace
+
+    from dlpt.cct import CCT
+    from dlpt.store import save
+
+    prof = dlpt.load(CPU)
+    exc = prof.cct.exclusive.copy()
+    exc[:, COL["host_time"]] = 0
+    out = tmp_path / "ops_only.dlpt"
+    save(replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc)), str(out))
+    return str(out)
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_every_command_ranks_a_cpu_profile_by_host_time(tmp_path, sampled: bool) -> None:
+    # A recording's sampler gives host_time, the time on each line; without it, host op time.
+    path, metric, said = (CPU, "host_time", "the host's time on each line") if sampled else \
+        (without_host_time(tmp_path), "cpu_time", "showing host op time")
+    r = dlpt_cli("report", path, "--view", "flat", "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metric"] == "cpu_time"
-    assert "showing host op time" in r.stderr
-    r = dlpt_cli("export", CPU)
+    assert json.loads(r.stdout)["metric"] == metric
+    assert said in r.stderr
+    r = dlpt_cli("export", path)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["metric"] == "cpu_time" and doc["hotspots"][0]["percent"] > 0
-    r = dlpt_cli("diff", CPU, CPU, "--format", "json")
+    assert doc["metric"] == metric and doc["hotspots"][0]["percent"] > 0
+    r = dlpt_cli("diff", path, path, "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["metric"] == "cpu_time"
+    assert json.loads(r.stdout)["metric"] == metric
     # A GPU profile keeps gpu_time, and says nothing about it.
     r = dlpt_cli("report", GPU, "--format", "json")
     assert json.loads(r.stdout)["metric"] == "gpu_time" and r.stderr == ""
@@ -68,24 +89,24 @@ def test_diff_of_two_cpu_runs_sees_the_change(tmp_path) -> None:
 
     prof = dlpt.load(CPU)
     fv = flat(prof, "line")
-    g = int(fv.exclusive[:, COL["cpu_time"]].argmax())
+    g = int(fv.exclusive[:, COL["host_time"]].argmax())
     owned = fv.owner == g  # the line's nodes and the ops beneath it that hold its time
-    assert prof.cct.exclusive[owned, COL["cpu_time"]].sum() > 0
+    assert prof.cct.exclusive[owned, COL["host_time"]].sum() > 0
     exc = prof.cct.exclusive.copy()
-    exc[owned, COL["cpu_time"]] *= 2
+    exc[owned, COL["host_time"]] *= 2
     b = tmp_path / "b.dlpt"
     save(replace(prof, cct=CCT(prof.cct.parent, prof.cct.frame, exc)), str(b))
     r = dlpt_cli("diff", CPU, str(b), "--format", "json", "--include-library")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["metric"] == "cpu_time" and doc["delta"] > 0
+    assert doc["metric"] == "host_time" and doc["delta"] > 0
     assert doc["rows"][0]["label"] == fv.labels[g] and doc["rows"][0]["delta"] == doc["delta"]
 
 
 def test_graphframe_default_metric_follows_the_profile() -> None:
     pytest.importorskip("hatchet")
     gf = dlpt.load(CPU).to_graphframe()
-    assert gf.default_metric == "cpu_time (inc)"
+    assert gf.default_metric == "host_time (inc)"
     assert gf.dataframe[gf.default_metric].max() > 0
     assert dlpt.load(GPU).to_graphframe().default_metric == "gpu_time (inc)"
 
@@ -111,6 +132,76 @@ def test_top_limits_every_level_of_the_bottom_up_view() -> None:
     top3 = _lines(trace, "--view", "bottom-up", "--top", "3")
     every = _lines(trace, "--view", "bottom-up")
     assert len(top3) < len(every) / 2
+
+
+def _caller_flows(path: str, metric: str) -> dict[tuple, int]:
+    """What a bottom-up view must show, from the top-down tree one node at a time: for every
+    path (a frame that spent time, then its caller, its caller's caller, ...) the time spent
+    in that frame on that path."""
+    from collections import Counter
+
+    prof = dlpt.load(path)
+    cct, col = prof.cct, COL[metric]
+    parent, frame = cct.parent.tolist(), cct.frame.tolist()
+    flow: Counter = Counter()
+    for n in range(1, len(cct)):
+        spent = int(cct.exclusive[n, col])
+        key: tuple = ()
+        m = n
+        while spent and m > 0:
+            f = prof.frames[frame[m]]
+            key += ((f.kind, f.name, f.file, f.line, f.function),)
+            flow[key] += spent
+            m = parent[m]
+    return {k: v for k, v in flow.items() if v}
+
+
+@pytest.mark.parametrize("path", [str(trace_path("gpt_train")), CPU])
+def test_bottom_up_self_time_only_on_the_frames_that_spent_it(path: str) -> None:
+    """Bottom-up, as pyinstrument's inverted view and speedscope's callers read: the level-one
+    rows are the frames that spent time, their self time summing to the total; below them their
+    callers, each row's value the time flowing through that chain of callers, and no self time
+    on a caller row — the outermost caller (`<module>`) spent none of it."""
+    doc = json.loads(dlpt_cli("report", path, "--view", "bottom-up", "--format", "json", "--top", "0",
+                              "--min-percent", "0", "--include-library").stdout)
+    flow = _caller_flows(path, doc["metric"])
+    seen = 0
+
+    def walk(nodes: list[dict], above: tuple) -> None:
+        nonlocal seen
+        for n in nodes:
+            key = above + ((n["kind"], n["name"], n["file"], n["line"], n["function"]),)
+            assert n["inclusive"] == flow[key], key
+            assert n["exclusive"] == (n["inclusive"] if not above else 0), key
+            seen += 1
+            walk(n["children"], key)
+
+    walk(doc["roots"], ())
+    assert seen == len(flow)  # every chain of callers, none made up
+    assert sum(n["exclusive"] for n in doc["roots"]) == sum(n["inclusive"] for n in doc["roots"]) == doc["total"]
+    # The text: a caller row's self column is blank; a frame's row gives its self time.
+    lines = _lines(path, "--view", "bottom-up", "--top", "0", "--min-percent", "0", "--include-library")
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["%", "incl", "self"])
+    at = lines[head].index("self") + len("self")  # the self column's right edge
+    rows = [ln for ln in lines[head + 1:] if ln[6:7] == "%"]
+    assert len(rows) == seen
+    for ln in rows:
+        incl, own, name = ln[at - 21:at - 11].strip(), ln[at - 10:at].strip(), ln[at + 2:]
+        assert own == ("" if name.startswith(" ") else incl), ln
+    # The TUI and the DataFrame show the same self column.
+    from dlpt.transforms import hide_library_unless
+    from dlpt.viewers.tui.rows import bottom_up_rows
+    from dlpt.views import bottom_up, bottom_up_self
+
+    prof = dlpt.load(path)
+    rows_ = bottom_up_rows(hide_library_unless(prof, True))
+    keys = np.arange(1, len(rows_))
+    want = bottom_up_self(rows_.cct)[keys, COL[doc["metric"]]]
+    assert np.array_equal(rows_.secondary(keys, COL[doc["metric"]]), want)
+    assert not want[rows_.cct.parent[keys] != 0].any() and want.sum() == doc["total"]
+    df = prof.to_dataframe(view="bottom-up", include_library=True)
+    tree = bottom_up(hide_library_unless(prof, True)).cct
+    assert np.array_equal(df[doc["metric"]].to_numpy(), bottom_up_self(tree)[:, COL[doc["metric"]]])
 
 
 def _view(*args: str) -> list[str]:

@@ -1,14 +1,18 @@
-"""Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/1` schema that
+"""Hotspots: the source lines that cost the most, in the stable `dlpt.hotspots/2` schema that
 CI jobs and dashboards read (docs/ARCHITECTURE.md). The document is shaped here, from the
-model's flat view, totals and per-rank values; `summary` is also the report JSON's summary."""
+model's flat view, totals and per-rank values; `summary` is also the report JSON's summary.
+`read_hotspots` reads a document back, a `/1` one too."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from dlpt.errors import DlptError
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column
@@ -18,7 +22,10 @@ from dlpt.scope import Scope
 from dlpt.views import flat, node_flags
 from dlpt.waits import memory_peak, waits
 
-SCHEMA = "dlpt.hotspots/1"
+# /2: a hotspot's place in the ranking is `position` (1 = costliest). /1 called it `rank`, which
+# everywhere else — `summary.ranks`, `summary.straggler`, `per_rank` — is a process rank.
+SCHEMA = "dlpt.hotspots/2"
+SCHEMA_V1 = "dlpt.hotspots/1"
 
 
 def us(ns: float | int) -> float:
@@ -145,14 +152,14 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
             acc[0] += int(cct.exclusive[i, COL["gpu_time"]])
             acc[1] += int(cct.exclusive[i, count_cols].sum())
     out = []
-    for rank, g in enumerate(rows, 1):
+    for position, g in enumerate(rows, 1):
         fr = fv.frame[g]
         row = fv.exclusive[g]
         node = int(fv.node[g])
         path = [f.label() for f in view.call_path(node) if f.has_source]
         tk = sorted(kern[g].items(), key=lambda kv: -kv[1][0])[:5]
         out.append({
-            "rank": rank, "file": fr.file, "line": fr.line, "function": fr.function,
+            "position": position, "file": fr.file, "line": fr.line, "function": fr.function,
             "code": profile.source_line(fr.file, fr.line),
             "gpu_time": us(row[COL["gpu_time"]]),
             "percent": round(100.0 * row[col] / total, 3) if total else 0.0,
@@ -180,4 +187,30 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
     }
 
 
-__all__ = ["SCHEMA", "hotspots", "hotspots_document", "summary", "METRICS"]
+def read_hotspots(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str, Any]:
+    """A hotspots document — a file's path or the parsed JSON — in the current schema, whichever
+    schema wrote it: a `dlpt.hotspots/1` document comes back as `/2`, each hotspot's `rank`
+    renamed `position`, so that a CI gate comparing today's export with a stored one reads both
+    the same way. Anything else is a DlptError that says what it is."""
+    where, doc = "hotspots document", source
+    if isinstance(source, (str, os.PathLike)):
+        where = os.fspath(source)
+        try:
+            with open(where, encoding="utf-8") as f:
+                doc = json.load(f)
+        except OSError as e:
+            raise DlptError(f"{where}: cannot read ({e.strerror or e})") from None
+        except ValueError as e:
+            raise DlptError(f"{where}: not JSON ({e}); expected a dlpt hotspots document") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or schema not in (SCHEMA, SCHEMA_V1):
+        raise DlptError(f"{where}: schema {schema!r}, not a dlpt hotspots document this dlpt reads "
+                        f"({SCHEMA_V1} or {SCHEMA})")
+    if schema == SCHEMA:
+        return doc
+    out = {**doc, "schema": SCHEMA}
+    out["hotspots"] = [{("position" if k == "rank" else k): v for k, v in h.items()} for h in doc.get("hotspots", [])]
+    return out
+
+
+__all__ = ["SCHEMA", "SCHEMA_V1", "hotspots", "hotspots_document", "read_hotspots", "summary", "METRICS"]

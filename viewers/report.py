@@ -15,7 +15,7 @@ from dlpt.profile import Profile
 from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.hotspots import summary
-from dlpt.views import bottom_up, flat
+from dlpt.views import bottom_up, bottom_up_self, flat
 from dlpt.waits import memory_peak, waits
 
 
@@ -245,11 +245,18 @@ def visible_children(cct, i: int, inc: np.ndarray, opts: ReportOptions, hidden: 
     return shown.tolist()
 
 
-def render_tree(profile: Profile, opts: ReportOptions, title: str) -> list[str]:
+def self_column(profile: Profile, col: int, inverted: bool) -> np.ndarray:
+    """Each node's self value in one metric; in a bottom-up tree only its level-one rows have
+    one (dlpt.views.bottom_up_self says why)."""
+    return bottom_up_self(profile.cct)[:, col] if inverted else profile.cct.exclusive[:, col]
+
+
+def render_tree(profile: Profile, opts: ReportOptions, title: str, inverted: bool = False) -> list[str]:
+    """A tree view as text; `inverted`: `profile` is a bottom-up tree."""
     cct = profile.cct
     col = metric_column(opts.metric)
     inc = cct.inclusive[:, col]
-    exc = cct.exclusive[:, col]
+    exc = self_column(profile, col, inverted)
     total = int(inc[0])
     lines = [title, _head()]
     if total <= 0:
@@ -342,7 +349,8 @@ def render(profile: Profile, opts: ReportOptions) -> str:
         lines += render_flat(profile, opts)
     elif opts.view == "bottom-up":
         lines += render_tree(bottom_up(profile), opts,
-                             f"bottom-up view, {opts.metric}: each frame's self time, then its callers")
+                             f"bottom-up view, {opts.metric}: each frame's self time, then its callers "
+                             "(incl: the time through each caller)", inverted=True)
     else:
         lines += render_tree(profile, opts, f"top-down view, {opts.metric}")
     lines += diagnosis_lines(profile)
@@ -381,9 +389,11 @@ def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:
         doc["rows"] = [{k: v for k, v in r.items() if k != "frame"} for r in flat_rows(profile, opts, flat_hidden)]
         doc["hidden"] = {"by_top": flat_hidden.by_top, "by_min_percent": flat_hidden.by_min}
         return doc
-    prof = bottom_up(profile) if opts.view == "bottom-up" else profile
+    inverted = opts.view == "bottom-up"
+    prof = bottom_up(profile) if inverted else profile
     cct = prof.cct
     inc = cct.inclusive[:, col]
+    exc = self_column(prof, col, inverted)
     total = int(inc[0])
     hidden = Hidden()
 
@@ -391,7 +401,7 @@ def render_json(profile: Profile, opts: ReportOptions) -> dict[str, Any]:
         fr = prof.frame_of(i)
         out: dict[str, Any] = {"name": fr.name, "kind": fr.kind, "file": fr.file, "line": fr.line,
                                "function": fr.function, "inclusive": int(inc[i]),
-                               "exclusive": int(cct.exclusive[i, col])}
+                               "exclusive": int(exc[i])}
         if opts.depth is None or d + 1 < opts.depth:
             out["children"] = [node(c, d + 1) for c in visible_children(cct, i, inc, opts, hidden)]
         return out

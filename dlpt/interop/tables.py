@@ -10,7 +10,7 @@ import numpy as np
 
 from dlpt.metrics import COL, METRICS
 from dlpt.transforms import hide_library_unless
-from dlpt.views import bottom_up, check_view, flat
+from dlpt.views import bottom_up, bottom_up_self, check_view, flat
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,8 +40,10 @@ def _metric_columns(exclusive: np.ndarray, inclusive: np.ndarray) -> dict[str, n
     return cols
 
 
-def tree_dataframe(profile: Profile) -> pd.DataFrame:
-    """One row per CCT node, indexed by node id (preorder, so `df.loc[i:end]` is a subtree)."""
+def tree_dataframe(profile: Profile, inverted: bool = False) -> pd.DataFrame:
+    """One row per CCT node, indexed by node id (preorder, so `df.loc[i:end]` is a subtree).
+    `inverted`: `profile` is a bottom-up tree, whose self columns hold time on the frames that
+    spent it and none on their callers (dlpt.views.bottom_up_self)."""
     import pandas as pd
 
     cct = profile.cct
@@ -49,7 +51,7 @@ def tree_dataframe(profile: Profile) -> pd.DataFrame:
     data: dict[str, np.ndarray] = {k: v[cct.frame] for k, v in fc.items()}
     data["depth"] = cct.depth
     data["parent"] = cct.parent
-    data.update(_metric_columns(cct.exclusive, cct.inclusive))
+    data.update(_metric_columns(bottom_up_self(cct) if inverted else cct.exclusive, cct.inclusive))
     df = pd.DataFrame(data)
     df.index.name = "node"
     return df
@@ -89,5 +91,5 @@ def view_dataframe(profile: Profile, view: str = "top-down", by: str = "line",
     if view == "top-down":
         return tree_dataframe(prof)
     if view == "bottom-up":
-        return tree_dataframe(bottom_up(prof))
+        return tree_dataframe(bottom_up(prof), inverted=True)
     return flat_dataframe(prof, by)

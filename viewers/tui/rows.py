@@ -251,8 +251,17 @@ class FlatRows(Rows):
         return np.flatnonzero(self.view.exclusive.any(axis=1) | self.view.inclusive.any(axis=1))
 
 
+class BottomUpRows(TreeRows):
+    """The bottom-up view: a frame's row holds its self time; its callers' rows hold the time
+    that flows through them and no self time (dlpt.views.bottom_up_self, read here per row
+    without the whole inclusive matrix)."""
+
+    def secondary(self, keys: np.ndarray, col: int) -> np.ndarray:
+        return np.where(self.cct.parent[keys] == 0, self.inclusive(keys, col), 0)
+
+
 def bottom_up_rows(profile: Profile) -> TreeRows:
-    return TreeRows(bottom_up(profile), "bottom-up")
+    return BottomUpRows(bottom_up(profile), "bottom-up")
 
 
 def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
