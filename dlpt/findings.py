@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dlpt.frames import is_library, short_path
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.profile import Profile
+from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
 from dlpt.transforms import nearest_marked, propagate_down
 from dlpt.waits import Waits, rank_window, waits
 
@@ -228,13 +230,24 @@ def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
     return int(profile.cct.inclusive[node, COL["host_time"]]), "its host time"
 
 
-def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
-    """Ranks waiting in collectives for another: named with the straggler's line. The straggler is
-    looked for in GPU compute (collective kernels left out) and in host time (comm wait left
-    out), because a rank slowed by its host — a data loader, logging, a sleep, an `.item()` —
-    computes no more on its GPU than the others; the one with more extra time is named."""
-    from dlpt.ranks import rank_nodes, straggler
+def explaining_verdict(gpu: dict[str, Any] | None, host: dict[str, Any] | None,
+                       waited: int) -> dict[str, Any] | None:
+    """Which straggler verdict (dlpt.ranks.straggler) explains a wait of `waited` ns. The GPU's,
+    when its extra compute is at least half the wait: a rank whose GPU has more to do also
+    spends more host time, blocked on its own GPU (a full launch queue, a sync), so its host
+    verdict names where it waited rather than why. Else the host's: a rank slowed by its host (a
+    data loader, logging, a sleep) computes no more on its GPU — a few ms of GPU excess there
+    does not explain a second's wait. Else a GPU straggler anyway; None when neither is one."""
+    if gpu is not None and gpu["straggler"] and gpu["excess"] >= MIRROR_MIN_SHARE * waited:
+        return gpu
+    if host is not None and host["straggler"]:
+        return host
+    return gpu if gpu is not None and gpu["straggler"] else None
 
+
+def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+    """Ranks waiting in collectives for another: named with the straggler's line, from the GPU
+    or the host verdict (`explaining_verdict` says which)."""
     nodes = rank_nodes(profile)
     if len(nodes) < 2:
         return None
@@ -243,10 +256,7 @@ def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     waited, span, of_what, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
     if not span or waited < RANK_WAIT_SHARE * span:
         return None
-    # Of the GPU and host verdicts, the straggler whose extra time is largest explains the wait:
-    # a rank a few ms slower on its GPU does not make another wait a second.
-    verdicts = [v for v in (straggler(profile, m) for m in ("gpu_time", "host_time")) if v is not None and v["straggler"]]
-    verdict = max(verdicts, key=lambda v: v["excess"], default=None)
+    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited)
     figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / span:.0%} of "
               f"{of_what}; estimated from the ranks' start times)")
     if verdict is None:

@@ -132,3 +132,23 @@ def test_old_profile_has_no_findings_and_no_error(tmp_path):
     prof = import_traces(str(trace_path("threaded")))
     prof.meta = {}
     assert [f.rule for f in fd.findings(prof)] == []
+
+
+def _verdict(excess: int, is_straggler: bool = True) -> dict:
+    return {"straggler": is_straggler, "excess": excess}
+
+
+def test_rank_wait_names_the_gpu_straggler_when_its_compute_explains_the_wait() -> None:
+    """Measured on 2 GPUs (docs/BENCHMARKS.md, "Two GPUs"): a rank with twice the batch computed
+    140.6 ms more on its GPU and spent 162.1 ms more host time, blocked on its own GPU, while the
+    other waited 201.1 ms: the GPU verdict names why. A rank that slept 1 s before backward was
+    3.6 ms slower on its GPU in one run: the host verdict explains the 1.04 s wait."""
+    from dlpt.findings import explaining_verdict
+
+    gpu, host = _verdict(140_560_000), _verdict(162_100_000)
+    assert explaining_verdict(gpu, host, 201_100_000) is gpu
+    gpu, host = _verdict(3_560_000), _verdict(586_900_000)
+    assert explaining_verdict(gpu, host, 1_040_000_000) is host
+    assert explaining_verdict(_verdict(1, False), host, 1_040_000_000) is host
+    assert explaining_verdict(gpu, _verdict(5, False), 1_040_000_000) is gpu  # the only straggler there is
+    assert explaining_verdict(None, _verdict(5, False), 10) is None
