@@ -32,20 +32,8 @@ GPU_ONLY = frozenset({"devices", "gpu_idle", "timeline", "memory"})
 # trie_converter.fold_sampled_library, which the recorder now runs itself.
 NOTE = "note"
 
-# H100 recordings made by the format-1 collector: meta keys it wrote (device_links, native_reader,
-# windows, ...) and none of today's (collector, host_sampler, window, gpu_idle, memory, rank, ...);
-# no host_time, idle or memory metrics. They need an H100 to re-record: `python bench/run.py
-# gpu-cases copies cudagraph threaded`, and for gpu_truth its program from before b34683a
-# (`git show b34683a^:bench/gpu_truth.py`). Strict: a re-recorded file passes, and must leave this list.
-STALE_GPU = {
-    "gpu_case_copies": "format-1 H100 recording (bench/gpu_cases/copies.py)",
-    "gpu_case_cudagraph": "format-1 H100 recording (bench/gpu_cases/cudagraph.py)",
-    "gpu_case_threaded": "format-1 H100 recording (bench/gpu_cases/threaded.py)",
-    "gpu_truth": "format-1 H100 recording (bench/gpu_truth.py, removed in b34683a)",
-}
 SHIPPED = sorted(p.stem for p in DATA.glob("*.dlpt"))
-PARAMS = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=STALE_GPU[n])) if n in STALE_GPU else n
-          for n in SHIPPED]
+PARAMS = SHIPPED
 
 
 def stored(path: Path) -> tuple[int, dict[str, Any]]:
@@ -77,7 +65,7 @@ def fresh_meta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_shipped_profile_is_checked() -> None:
     assert "cpu_train_small" in SHIPPED and "gpu_train_small" in SHIPPED
-    assert set(STALE_GPU) <= set(SHIPPED)  # a stale file re-recorded under another name leaves the list too
+    assert {"gpu_truth", "gpu_case_copies", "gpu_case_cudagraph", "gpu_case_threaded"} <= set(SHIPPED)
 
 
 @pytest.mark.parametrize("name", PARAMS)
