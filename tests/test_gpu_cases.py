@@ -1,4 +1,4 @@
-"""Profiles recorded by `dlpt record` on an H100 (`bench/run.py gpu-cases`): the placements seen on the
+"""Profiles recorded by `dlpt record` on the GPU machine (H200) (`bench/run.py gpu-cases`): the placements seen on the
 GPU, held on CPU. Each program marks its lines with `# CASE: ...` (bench/gpu_cases/)."""
 
 from __future__ import annotations

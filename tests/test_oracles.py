@@ -24,7 +24,7 @@ from dlpt.transforms import hide_library_unless
 from dlpt.viewers.hotspots import summary
 from dlpt.views import GROUPINGS, flat, group_key
 
-# Profiles `dlpt record` wrote on an H100 (bench/gpu_proof.py, in commit 5dcdc3f; `bench/run.py gpu-cases`).
+# Profiles `dlpt record` wrote on the GPU machine (H100: gpu_train_small; H200: gpu_truth from bench/workloads/truth.py and the gpu_case_* from `bench/run.py gpu-cases`).
 RECORDED = ("gpu_train_small", "gpu_truth", "gpu_case_copies", "gpu_case_cudagraph", "gpu_case_threaded")
 
 # Activity kind → its time, count and bytes columns, written out here rather than taken from
@@ -68,7 +68,7 @@ def ancestors(prof: dlpt.Profile, node: int) -> list[int]:
 
 @pytest.mark.parametrize("name", ["gpu_train_small", "gpu_truth"])
 def test_recorded_gpu_profiles(name: str) -> None:
-    """Profiles `dlpt record` wrote on an H100 (bench/gpu_proof.py): GPU-shaped, nearly all GPU
+    """Profiles `dlpt record` wrote on the GPU machine: GPU-shaped, nearly all GPU
     time at a source line, backward work seen. (Moved from test_record.py, which needs torch to
     record; its check that the stored tree's total equals the stored activities' is now the
     recomputation below.)"""

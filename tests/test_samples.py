@@ -4,7 +4,7 @@ these files; one recorded by an older collector shows users figures the recorder
 (tests/data/cpu_train_small.dlpt did: no host_time, old meta keys) and tests what is gone.
 
 When this fails, re-record the file with the command in its `command` meta key (README says
-where each sample comes from; GPU samples on an H100) and run `python docs/readme_samples.py`."""
+where each sample comes from; GPU samples on the GPU machine) and run `python docs/readme_samples.py`."""
 
 from __future__ import annotations
 
