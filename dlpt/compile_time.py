@@ -32,6 +32,8 @@ _COMPILE_FILE = re.compile(r"/_dynamo/convert_frame\.py$")
 
 
 def is_autotuning(f: Frame) -> bool:
+    if f.function == "<module>":
+        return False  # importing the module (torch imports Dynamo lazily, e.g. in AdamW) compiles nothing
     return f == AUTOTUNING or (f.kind == "python" and (bool(_AUTOTUNE_FILE.search(f.file)) or (
         f.function in _AUTOTUNE_FUNCS and f.file.endswith("/_inductor/runtime/triton_heuristics.py"))))
 
@@ -40,7 +42,7 @@ def compile_kind(f: Frame) -> str:
     """'autotuning', 'compiling', or '' for frames of the program's steady state."""
     if is_autotuning(f):
         return "autotuning"
-    if f.kind == "python" and _COMPILE_FILE.search(f.file):
+    if f.kind == "python" and f.function != "<module>" and _COMPILE_FILE.search(f.file):
         return "compiling"
     return ""
 

@@ -133,3 +133,32 @@ def test_compile_time_apart_in_headline_flat_and_hotspots(recorded):
     plain = hotspots(prof, metric="cpu_time", top=50)
     full = hotspots(prof, metric="cpu_time", top=50, include_compile=True)
     assert json.dumps(plain["summary"]) != json.dumps(full["summary"])
+
+
+def test_importing_dynamo_is_not_compiling() -> None:
+    """torch imports Dynamo lazily (AdamW's __init__ does): convert_frame.py's module body then
+    runs under the program's line, and compiles nothing. Its frames in a function do."""
+    from dlpt.compile_time import compile_kind
+    from dlpt.frames import Frame
+
+    conv = "/site-packages/torch/_dynamo/convert_frame.py"
+    assert compile_kind(Frame("python", "<module> (convert_frame.py:1)", conv, 1, "<module>")) == ""
+    assert compile_kind(Frame("python", "_compile", conv, 900, "_compile")) == "compiling"
+    bench = "/site-packages/torch/_inductor/runtime/benchmarking.py"
+    assert compile_kind(Frame("python", "<module>", bench, 1, "<module>")) == ""
+    assert compile_kind(Frame("python", "benchmark_gpu", bench, 200, "benchmark_gpu")) == "autotuning"
+
+
+def test_the_cpu_sample_keeps_its_host_time_in_the_views() -> None:
+    """The shipped CPU sample imported Dynamo inside opt = AdamW(...): none of its host time is
+    left out of the flat view as compile work."""
+    from conftest import DATA
+
+    import dlpt
+    from dlpt.compile_time import compile_apart
+    from dlpt.metrics import COL
+
+    prof = dlpt.load(str(DATA / "cpu_train_small.dlpt"))
+    apart = compile_apart(prof, False)
+    assert "torch_compile" not in apart.meta
+    assert int(apart.cct.exclusive[:, COL["host_time"]].sum()) == int(prof.cct.exclusive[:, COL["host_time"]].sum())

@@ -152,6 +152,7 @@ def compile_lines(profile: Profile) -> list[str]:
         return []
     parts = [f"{fmt_time(v['gpu_time'])} GPU ({kind})" for kind, v in s.items() if v.get("gpu_time")]
     parts += [f"{fmt_time(v['cpu_time'])} host op time ({kind})" for kind, v in s.items() if v.get("cpu_time")]
+    parts += [f"{fmt_time(v['host_time'])} host time ({kind})" for kind, v in s.items() if v.get("host_time")]
     if not parts:
         return []
     how = ("ranked with the rest (--include-compile)" if profile.meta.get("torch_compile_included")
