@@ -4,11 +4,13 @@ it finds nothing), and the metric picker fits 80×24. The real app, driven throu
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import DATA
 from rich.cells import cell_len
-from test_tui import run_async, settle
+from test_tui import run_async, settle, visible_strip_text
 from textual.containers import Vertical
 from textual.widgets import OptionList
 
@@ -20,6 +22,51 @@ from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.picker import MetricPicker
 
 SMALL = str(DATA / "gpu_train_small.dlpt")
+
+
+# ---- column headers over their numbers ------------------------------------------------------
+
+def assert_headers_over_numbers(app: DlptApp) -> int:
+    """Each header's right edge is its column's numbers' right edge, read from the drawn lines
+    alone: the cells between one header's end and the next are blank or end where it ends. The
+    number of value cells checked."""
+    head = visible_strip_text(app, 0)
+    tokens = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", head)]
+    assert tokens[0][0] == "name" and tokens[1][0] == "%"
+    lines = [visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1)]
+    lines = [ln for ln in lines if ln.strip()]
+    assert lines
+    checked = 0
+    for ln in lines:
+        assert len(ln) == len(head)
+        for (name, _, end), (_, _, prev_end) in zip(tokens[1:], tokens[:-1]):
+            cell = ln[prev_end:end]
+            assert end == len(ln) or ln[end] == " ", (name, ln)
+            if name == "%":
+                assert ln[end - 1] == "%", (head, ln)  # every row has its percentage
+            elif cell.strip():
+                assert ln[end - 1] != " ", (name, head, ln)
+            checked += bool(cell.strip())
+    return checked
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40), (200, 50)])
+@run_async
+async def test_headers_align_with_their_numbers(size: tuple[int, int]) -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        n = assert_headers_over_numbers(app)
+        for keys in (["2"], ["3"], ["g", "g", "g"]):  # bottom-up, flat by line, flat by kernel
+            await pilot.press(*keys)
+            await settle(pilot)
+            n += assert_headers_over_numbers(app)
+        assert n >= 20
+        # Every value column the table draws, with its header: the columns that fit.
+        spans = app.table.column_spans()
+        assert spans[-1][3] == app.table.scrollable_content_region.width
+        if size[0] >= 200:
+            assert {h for h, *_ in spans} >= {"%", "self", "total", "kernel", "HtoD", "DtoH", "#kern", "#copy"}
 
 
 def _many_kernels_profile(every_metric: bool = False) -> Profile:
@@ -39,6 +86,19 @@ def _many_kernels_profile(every_metric: bool = False) -> Profile:
     if every_metric:
         exc[new[n2]] += 7
     return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": "record"}, sources={"train.py": "main()\n"})
+
+
+@run_async
+async def test_numbers_are_never_cut() -> None:
+    app = DlptApp(profile=_many_kernels_profile())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert "12,346,678" in visible_strip_text(app, 1)  # the line: its kernels and more, whole
+        assert_headers_over_numbers(app)
+        await pilot.press("3", "g", "g", "g")  # flat by kernel
+        await settle(pilot)
+        assert "12,345,678" in visible_strip_text(app, 1)
+        assert_headers_over_numbers(app)
 
 
 # ---- the metric picker fits 80×24 -----------------------------------------------------------
@@ -64,6 +124,16 @@ async def test_metric_picker_fits_80x24(every_metric: bool) -> None:
 
 
 # ---- snapshots (pytest --snapshot-update regenerates them) --------------------------------------
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_snapshot_first_screen(snap_compare, size: tuple[int, int]) -> None:
+    """What `dlpt view` opens on, with the headers over their numbers."""
+
+    async def before(pilot) -> None:
+        await settle(pilot)
+
+    assert snap_compare(DlptApp(SMALL), terminal_size=size, run_before=before)
+
 
 def test_snapshot_metric_picker_80x24(snap_compare) -> None:
     async def before(pilot) -> None:
