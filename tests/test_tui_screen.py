@@ -11,8 +11,9 @@ import pytest
 from conftest import DATA
 from rich.cells import cell_len
 from test_tui import run_async, settle, visible_strip_text
+from test_tui_nav import assert_cursor_on_screen
 from textual.containers import Vertical
-from textual.widgets import OptionList
+from textual.widgets import OptionList, Static
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
@@ -20,8 +21,52 @@ from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.picker import MetricPicker
+from dlpt.viewers.tui.rows import OPEN_SHARE
 
 SMALL = str(DATA / "gpu_train_small.dlpt")
+
+
+def assert_detail_is_the_cursor_row(app: DlptApp) -> None:
+    """The detail pane describes the row under the cursor, or nothing when no row is shown."""
+    key = app.table.current_key
+    if key is None:
+        assert app.detail is None
+        assert str(app.query_one("#detail-body", Static).content) == ""
+    else:
+        assert key in set(app.outline.keys.tolist())
+        assert app.detail is not None and app.detail.frame == app.outline.rows.frame(key)
+
+
+# ---- the tree opens on its hot path ---------------------------------------------------------
+
+@pytest.mark.parametrize("path", [SMALL, str(DATA / "gpu_nanogpt_b8.dlpt"), str(DATA / "cpu_train_small.dlpt")])
+@run_async
+async def test_opens_on_the_hot_path(path: str) -> None:
+    app = DlptApp(path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        o, t = app.outline, app.table
+        src, col = o.rows, COL[app.metric]
+        key = t.current_key
+        route = src.cct.path(key)
+        assert len(route) >= 3, route  # it opened, and went down
+        total = src.total(col)
+        for node in route:
+            # Each step is the costliest row among its siblings...
+            sibs = src.cct.children(src.cct.parent[node])
+            assert src.inclusive(np.array([node]), col)[0] == src.inclusive(sibs, col).max()
+            # ...and holds a real share of the total.
+            assert src.inclusive(np.array([node]), col)[0] >= OPEN_SHARE * total
+        assert all(k in o.expanded for k in route[:-1]) and key not in o.expanded
+        # It stops on a leaf, where the children are each small, or where the row does the work.
+        kids = src.cct.children(key)
+        if len(kids):
+            hottest = src.inclusive(kids, col).max()
+            assert hottest < OPEN_SHARE * total or hottest <= src.secondary(np.array([key]), col)[0]
+        assert_cursor_on_screen(app)
+        assert_detail_is_the_cursor_row(app)
+        # `b` has nothing to go back to: the opening is where the user starts.
+        assert app.history == []
 
 
 # ---- column headers over their numbers ------------------------------------------------------
@@ -127,7 +172,7 @@ async def test_metric_picker_fits_80x24(every_metric: bool) -> None:
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
 def test_snapshot_first_screen(snap_compare, size: tuple[int, int]) -> None:
-    """What `dlpt view` opens on, with the headers over their numbers."""
+    """What `dlpt view` opens on: the hot path, headers over their numbers."""
 
     async def before(pilot) -> None:
         await settle(pilot)

@@ -229,6 +229,10 @@ class DlptApp(App[int]):
         if o is None:
             o = self.outlines[key] = Outline(src, col)
             self._applied_query[key] = ""
+            if self.view == "top-down" and keep_key is None:
+                # Open where the time goes, the cursor on the hottest row, not on one closed row.
+                r = o.open_hot_path()
+                keep_key = int(o.keys[r]) if len(o) else None
         elif o.col != col:
             o.set_metric(col)
         if self._applied_query.get(key, "") != self.search_text:

@@ -31,6 +31,9 @@ METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time"
 KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k.time != "memcpy_other_time"),
                 ("#kern", "kernel_count"), ("#copy", "copy_count"))
 
+# A tree opens on its hot path while the next step holds at least this share of the total:
+# deeper than that the children are each small and the user picks among them.
+OPEN_SHARE = 0.05
 
 
 def frame_label(frame: Frame) -> str:
@@ -420,22 +423,35 @@ class Outline:
             self.expand(ra)
         return self.row_of(key)
 
-    def expand_hottest(self, r: int) -> int:
+    def expand_hottest(self, r: int, min_share: float = 0.0) -> int:
         """Open the hottest path beneath row r; the row where it ends.
 
         The path follows the hottest child while that child costs more than the row's own
         (self) time, and stops on the row that does most of its work itself: a line with 80 ms
-        of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`."""
+        of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`.
+        It also stops before a child that holds less than `min_share` of the view's total."""
         if r < 0 or r >= len(self.keys):
             return r
         src = self.rows
+        floor = min_share * src.total(self.col)
         while self.expandable(int(self.keys[r])):
             key = np.array([int(self.keys[r])])
             kids = self.sorted_children(int(key[0]))  # sorted, so the first is the hottest
-            if not len(kids) or src.primary(kids[:1], self.col)[0] <= src.secondary(key, self.col)[0]:
+            if not len(kids):
+                break
+            hottest = src.primary(kids[:1], self.col)[0]
+            if hottest <= src.secondary(key, self.col)[0] or hottest < floor:
                 break
             self.expand(r)
             if r + 1 >= len(self.keys) or self.depth[r + 1] <= self.depth[r]:
                 break
             r += 1
         return r
+
+    def open_hot_path(self, min_share: float = OPEN_SHARE) -> int:
+        """Where a tree opens: the hottest path from the hottest top-level row, down to where
+        the work is done or spreads into children each under `min_share` of the total (as
+        pyinstrument and memray open their trees); the row to put the cursor on."""
+        if not self.rows.is_tree or not len(self.keys):
+            return 0
+        return self.expand_hottest(0, min_share)

@@ -80,6 +80,8 @@ class TreeTable(ScrollView, can_focus=True):
         self.first_paint: float | None = None  # perf_counter of the first frame with rows (benchmarks)
         self._columns: list[tuple[str, str, int]] = []
         self._col_width = 0
+        # show() before the first layout cannot tell how many rows fit: center on the first resize.
+        self._center_pending = False
 
     # -- data -------------------------------------------------------------------------------
 
@@ -92,6 +94,7 @@ class TreeTable(ScrollView, can_focus=True):
         r = outline.row_of(key) if key is not None else -1
         self.cursor = max(r, 0)
         self._update_size()
+        self._center_pending = self.scrollable_content_region.height <= 1
         self._scroll_to_cursor(center=True)
         self.refresh()
         self._post()
@@ -170,6 +173,13 @@ class TreeTable(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self._col_width = 0
         self._update_size()
+        if self._center_pending and event.size.height > 1:
+            # The scroll show() made for a one-row table is no guide: from the top when the
+            # cursor fits on the first screen (the path above it shows), else centered.
+            self._center_pending = False
+            h = self.visible_rows()
+            y = 0 if self.cursor < h else self.cursor - h // 2
+            self.scroll_to(y=y, animate=False, immediate=True, force=True)
         self._scroll_to_cursor()
 
     # -- rendering --------------------------------------------------------------------------
