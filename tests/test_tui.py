@@ -26,7 +26,8 @@ from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows, filter_keys
+from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows
+from dlpt.viewers.tui.search import filter_keys
 
 GPT = str(trace_path("gpt_train"))
 COPIES = str(trace_path("copies"))
@@ -186,9 +187,14 @@ async def test_search_filters_rows_and_ancestors(gpt: Profile) -> None:
             sub = range(k, int(src.cct.end[k]))
             assert k in hit or any(h in sub for h in hit)
         assert "filter" in header_text(app)
+        await pilot.press("down")
+        await settle(pilot)
+        found = app.table.current_key
         await pilot.press("escape")
         await settle(pilot)
-        assert app.search_text == "" and app.row_names() == ["capture_traces.py:145 <module>"]
+        # The filter is gone; the row the user was on stays under the cursor, in its context.
+        assert app.search_text == "" and app.outline.keep is None
+        assert app.table.current_key == found and app.row_names()[0] == "capture_traces.py:145 <module>"
 
 
 @run_async

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 from rich.cells import cell_len
-from test_tui import run_async, settle, visible_strip_text
+from test_tui import header_text, run_async, settle, visible_strip_text
 from test_tui_nav import assert_cursor_on_screen
 from textual.containers import Vertical
 from textual.widgets import OptionList, Static
@@ -24,6 +24,9 @@ from dlpt.viewers.tui.picker import MetricPicker
 from dlpt.viewers.tui.rows import OPEN_SHARE
 
 SMALL = str(DATA / "gpu_train_small.dlpt")
+# Text of a line of code the sample's table shows beside `transformer_train.py:49 forward`, in
+# no frame's name: only a search over the code finds it.
+CODE_ONLY = "self.mlp"
 
 
 def assert_detail_is_the_cursor_row(app: DlptApp) -> None:
@@ -144,6 +147,72 @@ async def test_numbers_are_never_cut() -> None:
         await settle(pilot)
         assert "12,345,678" in visible_strip_text(app, 1)
         assert_headers_over_numbers(app)
+
+
+# ---- search covers the code column ----------------------------------------------------------
+
+@run_async
+async def test_search_finds_the_code_shown_beside_a_line() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        o = app.outline
+        src = o.rows
+        assert app.search_text == CODE_ONLY and len(o)
+        hits = [int(k) for k in o.keys if CODE_ONLY in src.code(int(k))]
+        assert hits and not any(CODE_ONLY in src.label(int(k)) for k in o.keys)
+        for k in o.keys.tolist():  # every row matches or is on the path to a match
+            assert k in hits or any(k in src.cct.path(h) for h in hits)
+        drawn = "\n".join(visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1))
+        assert CODE_ONLY in drawn
+        assert "no match" not in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+
+
+@run_async
+async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        keys, cursor = app.outline.keys.copy(), app.table.cursor
+        await pilot.press("slash", *"xyzzy", "enter")
+        await settle(pilot)
+        # The rows stay as they were, unfiltered, the cursor where it was...
+        assert np.array_equal(app.outline.keys, keys) and app.table.cursor == cursor
+        assert app.search_text == "" and app.outline.keep is None
+        # ...and the user is told, in a notification and on the header's status line.
+        assert any("no match for 'xyzzy'" in n.message for n in app._notifications)
+        assert "no match for 'xyzzy'" in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+        # A filter that matches, then one that does not: the first stays.
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        filtered = app.outline.keys.copy()
+        await pilot.press("slash", "ctrl+u", *"nothing-here", "enter")
+        await settle(pilot)
+        assert app.search_text == CODE_ONLY and np.array_equal(app.outline.keys, filtered)
+        assert "no match for 'nothing-here'" in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+
+
+@run_async
+async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        assert app.detail is not None
+        await pilot.press("3", "g", "g", "g")  # flat by kernel: no kernel has that code
+        await settle(pilot)
+        assert app.by == "kernel" and len(app.outline) == 0
+        assert f"no match for '{CODE_ONLY}'" in visible_strip_text(app, 1)
+        assert_detail_is_the_cursor_row(app)  # nothing shown, nothing described
+        await pilot.press("escape")
+        await settle(pilot)
+        assert len(app.outline) > 0 and app.detail is not None
 
 
 # ---- the metric picker fits 80×24 -----------------------------------------------------------

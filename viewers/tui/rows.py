@@ -80,7 +80,10 @@ class Rows:
 
     def code(self, key: int) -> str:
         """The source line of a row whose frame is a line of code ('' otherwise or unknown)."""
-        fr = self.frame(key)
+        return self.frame_code(self.frame(key))
+
+    def frame_code(self, fr: Frame) -> str:
+        """The source line of a frame, as the table's code column shows it (search reads it too)."""
         if not fr.has_source:
             return ""
         k = (fr.file, fr.line)
@@ -256,35 +259,6 @@ class FlatRows(Rows):
 
 def bottom_up_rows(profile: Profile) -> TreeRows:
     return TreeRows(bottom_up(profile), "bottom-up")
-
-
-def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
-    """Frames whose shown label or full name contains `query` (case-insensitive, literal)."""
-    q = query.casefold()
-    return np.fromiter(((q in frame_label(f).casefold()) or (q in f.name.casefold()) for f in frames),
-                       dtype=bool, count=len(frames))
-
-
-def filter_keys(source: Rows, query: str) -> np.ndarray:
-    """A mask over the rows' keys: rows whose name contains `query`, and their ancestors."""
-    if isinstance(source, TreeRows):
-        cct = source.cct
-        hit = matching_frames(source.profile.frames, query)[cct.frame]
-        hit[0] = False
-        keep = hit.copy()
-        # Climb from every match at once, one level per pass; stop where the path is known.
-        anc = np.unique(cct.parent[np.flatnonzero(hit)])
-        while len(anc):
-            anc = anc[~keep[anc]]
-            keep[anc] = True
-            anc = np.unique(cct.parent[anc])
-            anc = anc[anc >= 0]
-        keep[0] = True
-        return keep
-    q = query.casefold()
-    fs = source  # flat: one level, match the label only
-    return np.fromiter((q in fs.label(k).casefold() or q in fs.frame(k).name.casefold() for k in range(len(fs))),
-                       dtype=bool, count=len(fs))
 
 
 @dataclass

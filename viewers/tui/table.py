@@ -19,7 +19,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from dlpt.metrics import COL
-from dlpt.viewers.format import bar, fmt_metric
+from dlpt.viewers.format import bar, fmt_metric, safe_text
 from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
@@ -80,6 +80,8 @@ class TreeTable(ScrollView, can_focus=True):
         self.first_paint: float | None = None  # perf_counter of the first frame with rows (benchmarks)
         self._columns: list[tuple[str, str, int]] = []
         self._col_width = 0
+        # What the table says when the outline has no rows (a search that matches nothing here).
+        self.empty_message = ""
         # show() before the first layout cannot tell how many rows fit: center on the first resize.
         self._center_pending = False
 
@@ -200,6 +202,9 @@ class TreeTable(ScrollView, can_focus=True):
             return self._header_strip(cols, name_w, width)
         o = self.outline
         r = int(self.scroll_offset.y) + y - 1
+        if o is not None and not len(o) and y == 1 and self.empty_message:
+            text = set_cell_size("  " + safe_text(self.empty_message), width)
+            return Strip([Segment(text, self.rich_style + Style(italic=True))], width)
         if o is None or r >= len(o):
             return Strip.blank(width, self.rich_style)
         if self.first_paint is None:
