@@ -215,6 +215,21 @@ async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
         assert len(app.outline) > 0 and app.detail is not None
 
 
+@run_async
+async def test_the_table_keeps_the_keys_after_background_work() -> None:
+    """A search or a view built in the background makes the table `loading` for a moment;
+    after it the arrow keys still move the table's cursor (they went to the detail pane)."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for keys in (["slash", *CODE_ONLY, "enter"], ["3"], ["2"]):
+            await pilot.press(*keys)
+            await settle(pilot)
+            assert app.focused is app.table, keys
+            await pilot.press("home", "down")
+            assert app.table.cursor == 1, keys
+
+
 # ---- the metric picker fits 80×24 -----------------------------------------------------------
 
 @pytest.mark.parametrize("every_metric", [False, True])

@@ -131,8 +131,12 @@ class DlptApp(App[int]):
     # -- background work --------------------------------------------------------------------
 
     def _set_busy(self, what: str) -> None:
-        self.busy = what
+        was_busy, self.busy = bool(self.busy), what
         self.table.loading = bool(what)
+        if was_busy and not what and not isinstance(self.focused, Input):
+            # A loading widget cannot hold focus: textual moved it on, to the detail pane, where
+            # the arrow keys would scroll text instead of moving the cursor. Give it back.
+            self.table.focus()
         self._render_header()
 
     def _background(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
