@@ -117,6 +117,22 @@ async def test_headers_align_with_their_numbers(size: tuple[int, int]) -> None:
             assert {h for h, *_ in spans} >= {"%", "self", "total", "kernel", "HtoD", "DtoH", "#kern", "#copy"}
 
 
+@run_async
+async def test_headers_align_over_the_rank_columns() -> None:
+    """Several ranks: the flat view's min, median, max and rank columns, headers over values."""
+    from test_ranks import gpu_profile, merge_profiles
+
+    a = gpu_profile({10: [("gemm", 5000)], 20: [("relu", 7000)]}, rank=0)
+    b = gpu_profile({10: [("gemm", 14_000_000)], 20: [("relu", 1000)]}, rank=1)
+    app = DlptApp(profile=merge_profiles([a, b]))
+    async with app.run_test(size=(160, 20)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot)
+        assert {"min", "median", "max", "rank"} <= set(visible_strip_text(app, 0).split())
+        assert assert_headers_over_numbers(app) >= 10
+
+
 def _many_kernels_profile(every_metric: bool = False) -> Profile:
     """A line whose kernels number in the tens of millions, more than a 7-wide column holds;
     `every_metric`: a little of every metric besides, so that the picker offers them all."""
