@@ -26,7 +26,8 @@ from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows, filter_keys
+from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows
+from dlpt.viewers.tui.search import filter_keys
 
 GPT = str(trace_path("gpt_train"))
 COPIES = str(trace_path("copies"))
@@ -85,9 +86,12 @@ async def test_opens_with_header_and_rows(gpt: Profile) -> None:
         assert "NVIDIA H200" in header
         for part in ("kernels 8.57 ms", "HtoD", "DtoH", "DtoD", "memset"):
             assert part in header
-        assert app.row_names() == ["capture_traces.py:145 <module>"]
+        # It opens on the hot path (tests/test_tui_screen.py), the program's line at the top.
+        assert app.row_names()[0] == "capture_traces.py:145 <module>" and len(app.outline) > 1
         assert app.table.total == gpu_total(gpt)
+        await pilot.press("home")
         assert "100.0%" in visible_strip_text(app, 1)
+        await settle(pilot)
         assert app.detail is not None and app.detail.primary[1] == gpu_total(gpt)
 
 
@@ -124,7 +128,9 @@ async def test_expand_collapse_keys(gpt: Profile) -> None:
     app = DlptApp(profile=gpt)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        assert len(app.outline) == 1
+        # Close the hot path it opened on, climbing it: `left` closes an open row, then goes up.
+        await pilot.press(*["left"] * 2 * (int(app.outline.depth[app.table.cursor]) + 1))
+        assert len(app.outline) == 1 and not app.outline.expanded
         await pilot.press("enter")
         assert app.row_names()[:2] == ["capture_traces.py:145 <module>", "capture_traces.py:59 run"]
         await pilot.press("down", "right")
@@ -181,9 +187,14 @@ async def test_search_filters_rows_and_ancestors(gpt: Profile) -> None:
             sub = range(k, int(src.cct.end[k]))
             assert k in hit or any(h in sub for h in hit)
         assert "filter" in header_text(app)
+        await pilot.press("down")
+        await settle(pilot)
+        found = app.table.current_key
         await pilot.press("escape")
         await settle(pilot)
-        assert app.search_text == "" and app.row_names() == ["capture_traces.py:145 <module>"]
+        # The filter is gone; the row the user was on stays under the cursor, in its context.
+        assert app.search_text == "" and app.outline.keep is None
+        assert app.table.current_key == found and app.row_names()[0] == "capture_traces.py:145 <module>"
 
 
 @run_async
@@ -263,7 +274,7 @@ async def test_detail_shows_source_with_line_shares(gpt: Profile) -> None:
     app = DlptApp(profile=gpt)
     async with app.run_test(size=(100, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("enter", "down")
+        await pilot.press("home", "left", "enter", "down")  # the program's line, closed, opened
         await settle(pilot)
         d = app.detail
         assert d is not None and d.frame.function == "run" and d.file_text is not None

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -18,17 +19,18 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
-from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
+from dlpt.metrics import COL, METRICS
 from dlpt.output import write_json, write_output
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
-from dlpt.viewers.format import fmt_time, safe_text
-from dlpt.viewers.report import memory_lines, wait_lines
+from dlpt.viewers.format import safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
+from dlpt.viewers.tui.header import ViewState, render_header
 from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.panedata import LibraryViews, device_names, kind_totals, program_name
+from dlpt.viewers.tui.panedata import LibraryViews
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
-from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows, filter_keys
+from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows
+from dlpt.viewers.tui.search import filter_keys, has_match
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat
 
@@ -90,6 +92,10 @@ class DlptApp(App[int]):
         self.view = "top-down"
         self.by = "line"
         self.search_text = ""
+        # The query applied before the search now running, while that search was just typed:
+        # a query that matches nothing goes back to it rather than blank the table.
+        self._replaced_query: str | None = None
+        self.note = ""
         self.variants: dict[bool, LibraryViews] = {}
         self.outlines: dict[tuple, Outline] = {}
         self._applied_query: dict[tuple, str] = {}
@@ -110,7 +116,7 @@ class DlptApp(App[int]):
         yield TreeTable(id="table")
         with VerticalScroll(id="detail"):
             yield Static(Text(""), id="detail-body")
-        yield Input(placeholder="search names (enter applies, empty clears, escape cancels)", id="search")
+        yield Input(placeholder="search names and code (enter applies, empty clears, escape cancels)", id="search")
         yield Footer(compact=True)
 
     @property
@@ -125,8 +131,12 @@ class DlptApp(App[int]):
     # -- background work --------------------------------------------------------------------
 
     def _set_busy(self, what: str) -> None:
-        self.busy = what
+        was_busy, self.busy = bool(self.busy), what
         self.table.loading = bool(what)
+        if was_busy and not what and not isinstance(self.focused, Input):
+            # A loading widget cannot hold focus: textual moved it on, to the detail pane, where
+            # the arrow keys would scroll text instead of moving the cursor. Give it back.
+            self.table.focus()
         self._render_header()
 
     def _background(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
@@ -229,26 +239,45 @@ class DlptApp(App[int]):
         if o is None:
             o = self.outlines[key] = Outline(src, col)
             self._applied_query[key] = ""
+            if self.view == "top-down" and keep_key is None:
+                # Open where the time goes, the cursor on the hottest row, not on one closed row.
+                r = o.open_hot_path()
+                keep_key = int(o.keys[r]) if len(o) else None
         elif o.col != col:
             o.set_metric(col)
         if self._applied_query.get(key, "") != self.search_text:
             query = self.search_text
             self._set_busy("searching")
 
-            def search_job() -> np.ndarray | None:
-                return filter_keys(src, query) if query else None
+            def search_job() -> tuple[np.ndarray | None, bool]:
+                keep = filter_keys(src, query) if query else None
+                return keep, keep is None or has_match(src, keep)
 
-            def done(keep: np.ndarray | None) -> None:
+            def done(result: tuple[np.ndarray | None, bool]) -> None:
+                keep, matched = result
+                typed, self._replaced_query = self._replaced_query, None
+                self._set_busy("")
+                if not matched and typed is not None:
+                    # A query just typed that finds nothing: keep the rows on screen and the
+                    # query they were filtered by, and say so where it stays readable. (The
+                    # filter of another view that finds nothing here shows the table's empty
+                    # state instead.)
+                    self.search_text, self.note = typed, f"no match for {query!r}"
+                    self.notify(escape(safe_text(self.note)), title="search", severity="warning", timeout=6)
+                    self._show(keep_key)
+                    return
                 o.set_filter(keep)
                 self._applied_query[key] = query
-                self._set_busy("")
                 self._show(keep_key)
 
             self._background(search_job, done)
             return
         if keep_key is not None and o.row_of(keep_key) < 0 and src.is_tree and o.keep is None:
             o.reveal(keep_key)
+        self.table.empty_message = f"no match for {self.search_text!r} in this view" if o.keep is not None else ""
         self.table.show(o, self.metric, keep_key)
+        if self.table.current_key is None:
+            self.update_detail()  # no row to describe: clear the pane rather than keep the last one
         self._render_header()
 
     def _variant_ready(self, v: LibraryViews) -> None:
@@ -271,40 +300,8 @@ class DlptApp(App[int]):
             header = self.query_one("#header", Static)
         except Exception:
             return
-        t = Text()
-        prof = self.base
-        if prof is None:
-            t.append("dlpt · ", style="bold")
-            t.append(safe_text(self.path or ""))
-            t.append("  loading…", style="italic")
-            header.update(t)
-            return
-        kind = "recorded" if prof.collector == "record" else "Kineto trace"
-        t.append("dlpt · ", style="bold")
-        t.append(program_name(prof), style="bold")
-        t.append(f" ({kind}) · {device_names(prof)}\n")
-        tot = kind_totals(prof)
-        if tot["gpu_time"]:
-            t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
-            t.append(": " + " · ".join(f"{k.label} {fmt_time(tot[k.time])}" for k in KIND_BREAKDOWN if tot[k.time]))
-        else:
-            t.append("no GPU activity in this profile", style="bold")
-        if tot["cpu_time"]:
-            t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
-        t.append("\n")
-        for line in wait_lines(prof) + memory_lines(prof):  # why the GPU waits; what holds its memory
-            t.append(line + "\n")
-        # The views as tabs with their keys, the current one highlighted.
-        for key, view in self.VIEW_KEYS:
-            name = f"flat by {self.by}" if view == "flat" else view
-            t.append(f" {key} {name} ", style="reverse bold" if view == self.view else "dim")
-        t.append(f"  metric {self.metric} · library {'shown' if self.include_library else 'hidden'}")
-        if self.search_text:
-            t.append(" · filter ")
-            t.append(safe_text(repr(self.search_text)), style="bold")
-        if self.busy:
-            t.append(f" · {self.busy}…", style="italic")
-        header.update(t)
+        state = ViewState(self.view, self.by, self.metric, self.include_library, self.search_text, self.busy, self.note)
+        header.update(render_header(self.base, self.path, self.VIEW_KEYS, state))
 
     # -- detail pane ------------------------------------------------------------------------
 
@@ -350,6 +347,7 @@ class DlptApp(App[int]):
         """Remember where the user is, for `b`."""
         o = self.outline
         exp = frozenset(o.expanded) if with_expansion and o is not None else None
+        self.note = ""  # it was about the rows the user is leaving
         self.history.append((self.view, self.by, self.table.current_key, exp))
         del self.history[:-100]
 
@@ -431,8 +429,11 @@ class DlptApp(App[int]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.remove_class("visible")
         self.table.focus()
-        self.search_text = event.value.strip()
-        self._show()
+        query = event.value.strip()
+        if query == self.search_text:
+            return
+        self._replaced_query, self.search_text, self.note = self.search_text, query, ""
+        self._show(self.table.current_key)  # stay on the row if the filter keeps it
 
     def action_clear_search(self) -> None:
         box = self.query_one("#search", Input)
@@ -441,8 +442,8 @@ class DlptApp(App[int]):
             self.table.focus()
             return
         if self.search_text and self._idle():
-            self.search_text = ""
-            self._show()
+            self.search_text, self.note = "", ""
+            self._show(self.table.current_key)  # the row found stays under the cursor, in its context
 
     def action_toggle_detail(self) -> None:
         self.query_one("#detail").toggle_class("hidden")

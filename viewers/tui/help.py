@@ -20,7 +20,7 @@ KEYS = (
     ("e", "open the hottest path beneath the row: it follows the costliest child while that child "
           "costs more than the row's own (self) time, and stops on the row that does the work itself"),
     ("b, backspace", "go back to the view, row and expansion before the last e, 1/2/3 or g"),
-    ("/", "search: keep rows whose name contains the text, and their ancestors (empty clears)"),
+    ("/", "search: keep rows whose name or code contains the text, and their ancestors (empty clears)"),
     ("escape", "clear the search"),
     ("m", "pick the metric from a list (with each one's total)"),
     ("s", "next metric this profile has: gpu, kernel, HtoD, DtoH, DtoD, memset, cpu time; counts"),

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import OptionList, Static
+from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from dlpt.metrics import METRICS
@@ -19,7 +19,10 @@ ABOUT = {
     "memcpy_other_time": "other copies", "memset_time": "memsets", "htod_bytes": "bytes copied host→device",
     "dtoh_bytes": "bytes copied device→host", "dtod_bytes": "bytes copied device→device",
     "kernel_count": "kernel launches", "copy_count": "copies", "memset_count": "memsets",
-    "cpu_time": "host ops' own time",
+    "cpu_time": "host ops' own time", "comm_time": "collectives", "comm_wait_time": "waiting for the last rank",
+    "host_time": "host wall time on the line", "gpu_idle_time": "GPU idle, blamed on the host",
+    "sync_time": "host waiting for the GPU", "alloc_bytes": "GPU memory allocated",
+    "alloc_count": "GPU allocations", "peak_bytes": "live at the memory peak",
 }
 
 
@@ -33,11 +36,18 @@ class MetricPicker(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape,q,m", "cancel", "keep")]
 
+    # One frame, and the list inside it: OptionList's own `tall` border (and its `:focus`
+    # variant, which outranks a plain descendant rule) drew a second box within the first, and
+    # the title above the list left it taller than the room under the title (percentages are of
+    # the whole box), so with many metrics at 80×24 the list ran out through the bottom border.
+    # The title sits in the frame's top line instead; the list scrolls within what is left.
     DEFAULT_CSS = """
     MetricPicker { align: center middle; }
-    MetricPicker > Vertical { width: 64; max-width: 95%; height: auto; max-height: 90%;
-                              border: round $accent; background: $surface; padding: 0 1; }
-    MetricPicker OptionList { height: auto; max-height: 20; border: none; }
+    MetricPicker > Vertical { width: 64; max-width: 100%; height: auto; max-height: 100%;
+                              border: round $accent; border-title-style: bold; border-title-color: $text;
+                              background: $surface; padding: 0 1; }
+    MetricPicker OptionList, MetricPicker OptionList:focus { height: auto; max-height: 100%; border: none;
+                                                            padding: 0; background-tint: $foreground 0%; }
     """
 
     def __init__(self, totals: dict[str, int], current: str) -> None:
@@ -54,8 +64,8 @@ class MetricPicker(ModalScreen[str | None]):
             t.append(f"{fmt_metric(m, self.totals.get(m, 0)):>10}  ")
             t.append(ABOUT.get(m, ""), style="dim")
             options.append(Option(t, id=m))
-        with Vertical():
-            yield Static(Text("metric (enter picks, escape keeps the current one)", style="bold"))
+        with Vertical() as box:
+            box.border_title = "metric · enter picks · escape keeps the current one"
             yield OptionList(*options, id="metrics")
 
     def on_mount(self) -> None:

@@ -31,6 +31,9 @@ METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time"
 KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k.time != "memcpy_other_time"),
                 ("#kern", "kernel_count"), ("#copy", "copy_count"))
 
+# A tree opens on its hot path while the next step holds at least this share of the total:
+# deeper than that the children are each small and the user picks among them.
+OPEN_SHARE = 0.05
 
 
 def frame_label(frame: Frame) -> str:
@@ -77,7 +80,10 @@ class Rows:
 
     def code(self, key: int) -> str:
         """The source line of a row whose frame is a line of code ('' otherwise or unknown)."""
-        fr = self.frame(key)
+        return self.frame_code(self.frame(key))
+
+    def frame_code(self, fr: Frame) -> str:
+        """The source line of a frame, as the table's code column shows it (search reads it too)."""
         if not fr.has_source:
             return ""
         k = (fr.file, fr.line)
@@ -264,35 +270,6 @@ def bottom_up_rows(profile: Profile) -> TreeRows:
     return BottomUpRows(bottom_up(profile), "bottom-up")
 
 
-def matching_frames(frames: list[Frame], query: str) -> np.ndarray:
-    """Frames whose shown label or full name contains `query` (case-insensitive, literal)."""
-    q = query.casefold()
-    return np.fromiter(((q in frame_label(f).casefold()) or (q in f.name.casefold()) for f in frames),
-                       dtype=bool, count=len(frames))
-
-
-def filter_keys(source: Rows, query: str) -> np.ndarray:
-    """A mask over the rows' keys: rows whose name contains `query`, and their ancestors."""
-    if isinstance(source, TreeRows):
-        cct = source.cct
-        hit = matching_frames(source.profile.frames, query)[cct.frame]
-        hit[0] = False
-        keep = hit.copy()
-        # Climb from every match at once, one level per pass; stop where the path is known.
-        anc = np.unique(cct.parent[np.flatnonzero(hit)])
-        while len(anc):
-            anc = anc[~keep[anc]]
-            keep[anc] = True
-            anc = np.unique(cct.parent[anc])
-            anc = anc[anc >= 0]
-        keep[0] = True
-        return keep
-    q = query.casefold()
-    fs = source  # flat: one level, match the label only
-    return np.fromiter((q in fs.label(k).casefold() or q in fs.frame(k).name.casefold() for k in range(len(fs))),
-                       dtype=bool, count=len(fs))
-
-
 @dataclass
 class Outline:
     """The visible rows of a view: `keys[r]` and `depth[r]` for each row, parents before their
@@ -429,22 +406,35 @@ class Outline:
             self.expand(ra)
         return self.row_of(key)
 
-    def expand_hottest(self, r: int) -> int:
+    def expand_hottest(self, r: int, min_share: float = 0.0) -> int:
         """Open the hottest path beneath row r; the row where it ends.
 
         The path follows the hottest child while that child costs more than the row's own
         (self) time, and stops on the row that does most of its work itself: a line with 80 ms
-        of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`."""
+        of its own and a 0.1 ms `aten::empty` beneath is the answer, not the `aten::empty`.
+        It also stops before a child that holds less than `min_share` of the view's total."""
         if r < 0 or r >= len(self.keys):
             return r
         src = self.rows
+        floor = min_share * src.total(self.col)
         while self.expandable(int(self.keys[r])):
             key = np.array([int(self.keys[r])])
             kids = self.sorted_children(int(key[0]))  # sorted, so the first is the hottest
-            if not len(kids) or src.primary(kids[:1], self.col)[0] <= src.secondary(key, self.col)[0]:
+            if not len(kids):
+                break
+            hottest = src.primary(kids[:1], self.col)[0]
+            if hottest <= src.secondary(key, self.col)[0] or hottest < floor:
                 break
             self.expand(r)
             if r + 1 >= len(self.keys) or self.depth[r + 1] <= self.depth[r]:
                 break
             r += 1
         return r
+
+    def open_hot_path(self, min_share: float = OPEN_SHARE) -> int:
+        """Where a tree opens: the hottest path from the hottest top-level row, down to where
+        the work is done or spreads into children each under `min_share` of the total (as
+        pyinstrument and memray open their trees); the row to put the cursor on."""
+        if not self.rows.is_tree or not len(self.keys):
+            return 0
+        return self.expand_hottest(0, min_share)

@@ -19,13 +19,16 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from dlpt.metrics import COL
-from dlpt.viewers.format import bar, fmt_metric
+from dlpt.viewers.format import bar, fmt_metric, safe_text
 from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline, fit_label
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
 CODE_MARK = "  ▸ "
 CODE_MIN = 12  # a line's code is shown beside its name when at least this much of it fits
 VALUE_W = 9
+COUNT_W = 7
+PCT_W = 6  # `100.0%`
+BAR_W = 8
 
 _KIND_STYLE = {
     "kernel": Style(color="cyan"), "memcpy": Style(color="magenta"), "memset": Style(color="magenta"),
@@ -77,6 +80,10 @@ class TreeTable(ScrollView, can_focus=True):
         self.first_paint: float | None = None  # perf_counter of the first frame with rows (benchmarks)
         self._columns: list[tuple[str, str, int]] = []
         self._col_width = 0
+        # What the table says when the outline has no rows (a search that matches nothing here).
+        self.empty_message = ""
+        # show() before the first layout cannot tell how many rows fit: center on the first resize.
+        self._center_pending = False
 
     # -- data -------------------------------------------------------------------------------
 
@@ -89,6 +96,7 @@ class TreeTable(ScrollView, can_focus=True):
         r = outline.row_of(key) if key is not None else -1
         self.cursor = max(r, 0)
         self._update_size()
+        self._center_pending = self.scrollable_content_region.height <= 1
         self._scroll_to_cursor(center=True)
         self.refresh()
         self._post()
@@ -120,28 +128,60 @@ class TreeTable(ScrollView, can_focus=True):
     # -- columns ----------------------------------------------------------------------------
 
     def _layout(self, width: int) -> list[tuple[str, str, int]]:
-        """(header, metric or role, width) of the value columns that fit beside the names."""
+        """(header, metric or role, width) of the value columns that fit beside the names.
+
+        Every column is as wide as its widest value, so that the header, right-aligned like
+        the numbers, ends where they end: the view's total bounds every row's value (metrics
+        are sums of non-negative parts), so its text is the widest there is. The `%` column
+        holds the percentage only; the bar beside it has no header."""
         if self._col_width == width and self._columns:
             return self._columns
         src = self.outline.rows if self.outline is not None else None
-        cols: list[tuple[str, str, int]] = [("%", "%", 15), (src.primary_name if src else "incl", "primary", VALUE_W),
-                                            (src.secondary_name if src else "self", "secondary", VALUE_W)]
+
+        def fit(head: str, m: str, least: int) -> int:
+            widest = fmt_metric(m, src.total(COL[m])) if src is not None else ""
+            return max(least, len(head), len(widest))
+
+        prim, sec = (src.primary_name, src.secondary_name) if src else ("incl", "self")
+        vw = fit(prim, self.metric, VALUE_W)
+        cols: list[tuple[str, str, int]] = [("%", "%", PCT_W), ("", "bar", BAR_W), (prim, "primary", vw),
+                                            (sec, "secondary", max(vw, len(sec)))]
         # Several ranks, flat view: each row's spread over the ranks, before the per-kind columns.
-        if isinstance(src, FlatRows) and src.per_rank(COL[self.metric]) is not None:
-            cols += [("min", "rank:min", VALUE_W), ("median", "rank:median", VALUE_W),
-                     ("max", "rank:max", VALUE_W), ("rank", "rank:which", 5)]
+        ranks = src.per_rank(COL[self.metric]) if isinstance(src, FlatRows) else None
+        if ranks is not None:
+            cols += [("min", "rank:min", vw), ("median", "rank:median", vw), ("max", "rank:max", vw),
+                     ("rank", "rank:which", max(5, len(f"r{max(ranks[0])}")))]
         for head, m in KIND_COLUMNS:
             if src is None or m == self.metric or src.total(COL[m]) == 0:
                 continue
-            cols.append((head, m, 7 if m.endswith("count") else VALUE_W))
-        while len(cols) > 3 and width - sum(w + 1 for _, _, w in cols) < NAME_MIN:
+            cols.append((head, m, fit(head, m, COUNT_W if m.endswith("count") else VALUE_W)))
+        while len(cols) > 4 and width - sum(w + 1 for _, _, w in cols) < NAME_MIN:
             cols.pop()
         self._columns, self._col_width = cols, width
         return cols
 
+    def column_spans(self) -> list[tuple[str, str, int, int]]:
+        """(header, role, first cell, one past the last cell) of each value column on screen,
+        in cells from the table's left edge: where each header and its values are drawn."""
+        width = self.scrollable_content_region.width
+        cols = self._layout(width)
+        x = max(width - sum(w + 1 for _, _, w in cols), 8)
+        spans = []
+        for head, role, w in cols:
+            spans.append((head, role, x + 1, x + 1 + w))
+            x += w + 1
+        return spans
+
     def on_resize(self, event: events.Resize) -> None:
         self._col_width = 0
         self._update_size()
+        if self._center_pending and event.size.height > 1:
+            # The scroll show() made for a one-row table is no guide: from the top when the
+            # cursor fits on the first screen (the path above it shows), else centered.
+            self._center_pending = False
+            h = self.visible_rows()
+            y = 0 if self.cursor < h else self.cursor - h // 2
+            self.scroll_to(y=y, animate=False, immediate=True, force=True)
         self._scroll_to_cursor()
 
     # -- rendering --------------------------------------------------------------------------
@@ -159,16 +199,27 @@ class TreeTable(ScrollView, can_focus=True):
         cols = self._layout(width)
         name_w = max(width - sum(w + 1 for _, _, w in cols), 8)
         if y == 0:
-            style = self.get_component_rich_style("tree-table--header")
-            text = set_cell_size("name", name_w) + "".join(" " + h.rjust(w) for h, _, w in cols)
-            return Strip([Segment(set_cell_size(text, width), style)], width)
+            return self._header_strip(cols, name_w, width)
         o = self.outline
         r = int(self.scroll_offset.y) + y - 1
+        if o is not None and not len(o) and y == 1 and self.empty_message:
+            text = set_cell_size("  " + safe_text(self.empty_message), width)
+            return Strip([Segment(text, self.rich_style + Style(italic=True))], width)
         if o is None or r >= len(o):
             return Strip.blank(width, self.rich_style)
         if self.first_paint is None:
             self.first_paint = time.perf_counter()
         return Strip(self._row_segments(r, cols, name_w, width), width)
+
+    def _header_strip(self, cols: list[tuple[str, str, int]], name_w: int, width: int) -> Strip:
+        """Column headers, right-aligned in the columns' widths as the numbers are. Only the
+        words are underlined: a rule across the gaps would join each header to its neighbours."""
+        style = self.get_component_rich_style("tree-table--header")
+        gap = style + Style(underline=False)
+        segs = [Segment("name", style), Segment(" " * (name_w - 4), gap)]
+        for head, _, w in cols:
+            segs += [Segment(" " * (w + 1 - len(head)), gap), Segment(head, style)]
+        return Strip(list(Segment.adjust_line_length(segs, width, gap)), width)
 
     def _row_segments(self, r: int, cols: list[tuple[str, str, int]], name_w: int, width: int) -> list[Segment]:
         o = self.outline
@@ -212,10 +263,12 @@ class TreeTable(ScrollView, can_focus=True):
             spare -= cell_len(text)
         segs.append(Segment(" " * max(spare + (len(CODE_MARK) if not code else 0), 0), row_style))
         prim = int(src.primary(k1, col)[0])
+        frac = prim / self.total if self.total > 0 else 0.0
         for _, role, w in cols:
             if role == "%":
-                frac = prim / self.total if self.total > 0 else 0.0
-                cell = f"{100.0 * frac:5.1f}% {bar(frac, 8)}"
+                cell = f"{100.0 * frac:5.1f}%"
+            elif role == "bar":
+                cell = bar(frac, w)
             elif role == "primary":
                 cell = fmt_metric(self.metric, prim) if prim else ""
             elif role == "secondary":
@@ -231,7 +284,7 @@ class TreeTable(ScrollView, can_focus=True):
             else:
                 v = int(src.kind_values(k1, COL[role])[0])
                 cell = fmt_metric(role, v) if v else ""
-            segs.append(Segment(" " + set_cell_size(cell, w) if role == "%" else " " + cell[-w:].rjust(w), row_style))
+            segs.append(Segment(" " + set_cell_size(cell, w) if role == "bar" else " " + cell[-w:].rjust(w), row_style))
         used = sum(cell_len(s.text) for s in segs)
         if used < width:
             segs.append(Segment(" " * (width - used), row_style))

@@ -1,0 +1,289 @@
+"""`dlpt view`'s first screen and what the user reads on it: the tree opens on its hot path,
+column headers stand over their numbers, `/` finds what the code column shows (and says so when
+it finds nothing), and the metric picker fits 80×24. The real app, driven through Pilot."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import DATA
+from rich.cells import cell_len
+from test_tui import header_text, run_async, settle, visible_strip_text
+from test_tui_nav import assert_cursor_on_screen
+from textual.containers import Vertical
+from textual.widgets import OptionList, Static
+
+from dlpt.cct import CCT, TreeBuilder
+from dlpt.frames import Frame, FrameTable
+from dlpt.metrics import COL, METRICS
+from dlpt.profile import Profile
+from dlpt.viewers.tui import DlptApp
+from dlpt.viewers.tui.picker import MetricPicker
+from dlpt.viewers.tui.rows import OPEN_SHARE
+
+SMALL = str(DATA / "gpu_train_small.dlpt")
+# Text of a line of code the sample's table shows beside `transformer_train.py:49 forward`, in
+# no frame's name: only a search over the code finds it.
+CODE_ONLY = "self.mlp"
+
+
+def assert_detail_is_the_cursor_row(app: DlptApp) -> None:
+    """The detail pane describes the row under the cursor, or nothing when no row is shown."""
+    key = app.table.current_key
+    if key is None:
+        assert app.detail is None
+        assert str(app.query_one("#detail-body", Static).content) == ""
+    else:
+        assert key in set(app.outline.keys.tolist())
+        assert app.detail is not None and app.detail.frame == app.outline.rows.frame(key)
+
+
+# ---- the tree opens on its hot path ---------------------------------------------------------
+
+@pytest.mark.parametrize("path", [SMALL, str(DATA / "gpu_nanogpt_b8.dlpt"), str(DATA / "cpu_train_small.dlpt")])
+@run_async
+async def test_opens_on_the_hot_path(path: str) -> None:
+    app = DlptApp(path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        o, t = app.outline, app.table
+        src, col = o.rows, COL[app.metric]
+        key = t.current_key
+        route = src.cct.path(key)
+        assert len(route) >= 3, route  # it opened, and went down
+        total = src.total(col)
+        for node in route:
+            # Each step is the costliest row among its siblings...
+            sibs = src.cct.children(src.cct.parent[node])
+            assert src.inclusive(np.array([node]), col)[0] == src.inclusive(sibs, col).max()
+            # ...and holds a real share of the total.
+            assert src.inclusive(np.array([node]), col)[0] >= OPEN_SHARE * total
+        assert all(k in o.expanded for k in route[:-1]) and key not in o.expanded
+        # It stops on a leaf, where the children are each small, or where the row does the work.
+        kids = src.cct.children(key)
+        if len(kids):
+            hottest = src.inclusive(kids, col).max()
+            assert hottest < OPEN_SHARE * total or hottest <= src.secondary(np.array([key]), col)[0]
+        assert_cursor_on_screen(app)
+        assert_detail_is_the_cursor_row(app)
+        # `b` has nothing to go back to: the opening is where the user starts.
+        assert app.history == []
+
+
+# ---- column headers over their numbers ------------------------------------------------------
+
+def assert_headers_over_numbers(app: DlptApp) -> int:
+    """Each header's right edge is its column's numbers' right edge, read from the drawn lines
+    alone: the cells between one header's end and the next are blank or end where it ends. The
+    number of value cells checked."""
+    head = visible_strip_text(app, 0)
+    tokens = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", head)]
+    assert tokens[0][0] == "name" and tokens[1][0] == "%"
+    lines = [visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1)]
+    lines = [ln for ln in lines if ln.strip()]
+    assert lines
+    checked = 0
+    for ln in lines:
+        assert len(ln) == len(head)
+        for (name, _, end), (_, _, prev_end) in zip(tokens[1:], tokens[:-1]):
+            cell = ln[prev_end:end]
+            assert end == len(ln) or ln[end] == " ", (name, ln)
+            if name == "%":
+                assert ln[end - 1] == "%", (head, ln)  # every row has its percentage
+            elif cell.strip():
+                assert ln[end - 1] != " ", (name, head, ln)
+            checked += bool(cell.strip())
+    return checked
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40), (200, 50)])
+@run_async
+async def test_headers_align_with_their_numbers(size: tuple[int, int]) -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        n = assert_headers_over_numbers(app)
+        for keys in (["2"], ["3"], ["g", "g", "g"]):  # bottom-up, flat by line, flat by kernel
+            await pilot.press(*keys)
+            await settle(pilot)
+            n += assert_headers_over_numbers(app)
+        assert n >= 20
+        # Every value column the table draws, with its header: the columns that fit.
+        spans = app.table.column_spans()
+        assert spans[-1][3] == app.table.scrollable_content_region.width
+        if size[0] >= 200:
+            assert {h for h, *_ in spans} >= {"%", "self", "total", "kernel", "HtoD", "DtoH", "#kern", "#copy"}
+
+
+@run_async
+async def test_headers_align_over_the_rank_columns() -> None:
+    """Several ranks: the flat view's min, median, max and rank columns, headers over values."""
+    from test_ranks import gpu_profile, merge_profiles
+
+    a = gpu_profile({10: [("gemm", 5000)], 20: [("relu", 7000)]}, rank=0)
+    b = gpu_profile({10: [("gemm", 14_000_000)], 20: [("relu", 1000)]}, rank=1)
+    app = DlptApp(profile=merge_profiles([a, b]))
+    async with app.run_test(size=(160, 20)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot)
+        assert {"min", "median", "max", "rank"} <= set(visible_strip_text(app, 0).split())
+        assert assert_headers_over_numbers(app) >= 10
+
+
+def _many_kernels_profile(every_metric: bool = False) -> Profile:
+    """A line whose kernels number in the tens of millions, more than a 7-wide column holds;
+    `every_metric`: a little of every metric besides, so that the picker offers them all."""
+    ft = FrameTable([Frame("root", "<root>")])
+    b = TreeBuilder(0)
+    mod = ft.intern(Frame("python", "<module> (train.py:1)", "train.py", 1, "<module>"))
+    k = ft.intern(Frame("kernel", "gemm"))
+    k2 = ft.intern(Frame("kernel", "relu"))
+    n1, n2 = b.path([mod, k]), b.path([mod, k2])
+    parent, frame, new = b.preorder()
+    exc = np.zeros((len(parent), len(METRICS)), dtype=np.int64)
+    for node, count, ns in ((n1, 12_345_678, 98_765_432_100), (n2, 1_000, 5_000)):
+        exc[new[node], COL["kernel_count"]] = count
+        exc[new[node], COL["kernel_time"]] = exc[new[node], COL["gpu_time"]] = ns
+    if every_metric:
+        exc[new[n2]] += 7
+    return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": "record"}, sources={"train.py": "main()\n"})
+
+
+@run_async
+async def test_numbers_are_never_cut() -> None:
+    app = DlptApp(profile=_many_kernels_profile())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert "12,346,678" in visible_strip_text(app, 1)  # the line: its kernels and more, whole
+        assert_headers_over_numbers(app)
+        await pilot.press("3", "g", "g", "g")  # flat by kernel
+        await settle(pilot)
+        assert "12,345,678" in visible_strip_text(app, 1)
+        assert_headers_over_numbers(app)
+
+
+# ---- search covers the code column ----------------------------------------------------------
+
+@run_async
+async def test_search_finds_the_code_shown_beside_a_line() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        o = app.outline
+        src = o.rows
+        assert app.search_text == CODE_ONLY and len(o)
+        hits = [int(k) for k in o.keys if CODE_ONLY in src.code(int(k))]
+        assert hits and not any(CODE_ONLY in src.label(int(k)) for k in o.keys)
+        for k in o.keys.tolist():  # every row matches or is on the path to a match
+            assert k in hits or any(k in src.cct.path(h) for h in hits)
+        drawn = "\n".join(visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1))
+        assert CODE_ONLY in drawn
+        assert "no match" not in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+
+
+@run_async
+async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        keys, cursor = app.outline.keys.copy(), app.table.cursor
+        await pilot.press("slash", *"xyzzy", "enter")
+        await settle(pilot)
+        # The rows stay as they were, unfiltered, the cursor where it was...
+        assert np.array_equal(app.outline.keys, keys) and app.table.cursor == cursor
+        assert app.search_text == "" and app.outline.keep is None
+        # ...and the user is told, in a notification and on the header's status line.
+        assert any("no match for 'xyzzy'" in n.message for n in app._notifications)
+        assert "no match for 'xyzzy'" in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+        # A filter that matches, then one that does not: the first stays.
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        filtered = app.outline.keys.copy()
+        await pilot.press("slash", "ctrl+u", *"nothing-here", "enter")
+        await settle(pilot)
+        assert app.search_text == CODE_ONLY and np.array_equal(app.outline.keys, filtered)
+        assert "no match for 'nothing-here'" in header_text(app)
+        assert_detail_is_the_cursor_row(app)
+
+
+@run_async
+async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        await settle(pilot)
+        assert app.detail is not None
+        await pilot.press("3", "g", "g", "g")  # flat by kernel: no kernel has that code
+        await settle(pilot)
+        assert app.by == "kernel" and len(app.outline) == 0
+        assert f"no match for '{CODE_ONLY}'" in visible_strip_text(app, 1)
+        assert_detail_is_the_cursor_row(app)  # nothing shown, nothing described
+        await pilot.press("escape")
+        await settle(pilot)
+        assert len(app.outline) > 0 and app.detail is not None
+
+
+@run_async
+async def test_the_table_keeps_the_keys_after_background_work() -> None:
+    """A search or a view built in the background makes the table `loading` for a moment;
+    after it the arrow keys still move the table's cursor (they went to the detail pane)."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for keys in (["slash", *CODE_ONLY, "enter"], ["3"], ["2"]):
+            await pilot.press(*keys)
+            await settle(pilot)
+            assert app.focused is app.table, keys
+            await pilot.press("home", "down")
+            assert app.table.cursor == 1, keys
+
+
+# ---- the metric picker fits 80×24 -----------------------------------------------------------
+
+@pytest.mark.parametrize("every_metric", [False, True])
+@run_async
+async def test_metric_picker_fits_80x24(every_metric: bool) -> None:
+    app = DlptApp(profile=_many_kernels_profile(every_metric))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        picker = app.screen
+        assert isinstance(picker, MetricPicker)
+        assert len(picker.metrics) == (len(METRICS) if every_metric else 3)
+        box, ol = picker.query_one(Vertical), picker.query_one(OptionList)
+        assert picker.region.contains_region(box.region)
+        # One frame, the list inside it: its last rows scroll, never run out through the border.
+        assert box.content_region.contains_region(ol.region)
+        widest = max(cell_len(ol.get_option_at_index(i).prompt.plain) for i in range(ol.option_count))
+        assert widest <= ol.scrollable_content_region.width  # no option wraps or runs past the frame
+        assert ol.virtual_size.height == ol.option_count  # one line each
+
+
+# ---- snapshots (pytest --snapshot-update regenerates them) --------------------------------------
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_snapshot_first_screen(snap_compare, size: tuple[int, int]) -> None:
+    """What `dlpt view` opens on: the hot path, headers over their numbers."""
+
+    async def before(pilot) -> None:
+        await settle(pilot)
+
+    assert snap_compare(DlptApp(SMALL), terminal_size=size, run_before=before)
+
+
+def test_snapshot_metric_picker_80x24(snap_compare) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+
+    assert snap_compare(DlptApp(SMALL), terminal_size=(80, 24), run_before=before)
