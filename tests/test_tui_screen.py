@@ -52,7 +52,7 @@ async def test_opens_on_the_hot_path(path: str) -> None:
         src, col = o.rows, COL[app.metric]
         key = t.current_key
         route = src.cct.path(key)
-        assert len(route) >= 3, route  # it opened, and went down
+        assert len(route) >= 2, route  # it opened, and went down (the stop rule is checked below)
         total = src.total(col)
         for node in route:
             # Each step is the costliest row among its siblings...
