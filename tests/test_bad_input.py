@@ -5,6 +5,7 @@ Valid oddities: they work."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import sqlite3
 import subprocess
@@ -55,6 +56,10 @@ ODD_BUT_VALID = {
     ]),
     "utf16.json": json.dumps(GOOD).encode("utf-16"),
     "bom.json": b"\xef\xbb\xbf" + json.dumps(GOOD).encode(),
+    # The Chrome trace format's array form: the events alone, the closing bracket optional.
+    "array.json": json.dumps(GOOD["traceEvents"]).encode(),
+    "array-open.json": json.dumps(GOOD["traceEvents"]).encode()[:-1] + b",\n",
+    "array.json.gz": gzip.compress(json.dumps(GOOD["traceEvents"], indent=1).encode()),
 }
 
 COMMANDS = [
@@ -145,3 +150,25 @@ def test_foreign_and_newer_databases(tmp_path):
 def test_unwritable_output(tmp_path):
     r = dlpt("export", str(trace_path("threaded")), "-o", str(tmp_path / "no" / "such" / "dir" / "h.json"))
     assert r.returncode == 2 and r.stderr.startswith("dlpt: ") and "no such directory" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["array.json", "array-open.json", "array.json.gz"])
+def test_the_array_form_reads_as_the_object_form(tmp_path, name):
+    args = ("--format", "json", "--view", "flat", "--by", "kernel", "--top", "0")
+    want = dlpt("report", str(_write(tmp_path, "object.json", json.dumps(GOOD).encode())), *args)
+    got = dlpt("report", str(_write(tmp_path, name, ODD_BUT_VALID[name])), *args)
+    assert got.returncode == 0 and got.stderr == "", got.stderr
+    assert json.loads(got.stdout)["rows"] == json.loads(want.stdout)["rows"]
+
+
+def test_the_array_form_reads_in_slices(tmp_path, monkeypatch):
+    from dlpt.collectors.kineto import import_traces
+
+    decode_mod = importlib.import_module("dlpt.collectors.kineto.decode")
+    p = _write(tmp_path, "big.json", json.dumps(raw_events("gpt_train")).encode())
+    whole = import_traces(str(p))
+    monkeypatch.setattr(decode_mod, "CHUNK_BYTES", 20_000)
+    assert decode_mod.decode_chunks(str(p)) is not None
+    sliced = import_traces(str(p))
+    assert (whole.cct.exclusive == sliced.cct.exclusive).all() and whole.frames == sliced.frames
+    assert whole.cct.exclusive[:, 0].sum() > 0

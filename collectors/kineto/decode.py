@@ -110,6 +110,9 @@ class _LenientTrace(_TraceHeader, kw_only=True):
 _decoder = msgspec.json.Decoder(Trace)
 _lenient_decoder = msgspec.json.Decoder(_LenientTrace)
 _args_decoder = msgspec.json.Decoder(_LenientArgs)
+# A list of events: a slice of a large trace, or a trace in the JSON-array form.
+_events_decoder = msgspec.json.Decoder(list[Event])
+_lenient_events_decoder = msgspec.json.Decoder(list[_LenientEvent])
 
 # Categories whose events the linker reads. Host span kinds, in the order that breaks ties of
 # equal start and end: the outer one first.
@@ -245,25 +248,61 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
+def _decode_events(data: bytes | bytearray) -> list[Event]:
+    """A JSON list of events: strictly, else field by field (`_clean`)."""
+    try:
+        return _events_decoder.decode(data)
+    except msgspec.ValidationError:
+        return [c for c in map(_clean, _lenient_events_decoder.decode(data)) if c is not None]
+
+
+def _is_array(data: bytes) -> bool:
+    """Is this the JSON-array form of the Chrome trace format (a bare list of events)?"""
+    return data.lstrip()[:1] == b"["
+
+
+def _decode_array(data: bytes) -> Trace:
+    """The array form: `[{event}, {event}, ...]`, with no metadata around the events. The
+    format lets a writer that was stopped leave out the closing `]`, so one is added then."""
+    try:
+        events = _decode_events(data)
+    except msgspec.DecodeError:
+        body = data.rstrip()
+        if body.endswith(b"]"):
+            raise
+        try:
+            return _decode_array(body.rstrip(b",") + b"]")
+        except msgspec.DecodeError:
+            pass
+        raise
+    return Trace(traceEvents=events)
+
+
+def _decode_bytes(data: bytes) -> Trace:
+    if _is_array(data):
+        return _decode_array(data)
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError:
+        # One odd value anywhere fails the strict decode of the whole file: read it again,
+        # field by field, keeping what the linker can use.
+        return _decode_lenient(data)
+
+
 def decode(path: str) -> Trace:
+    """The trace at `path`, whole: the object form or the array form."""
     data = read_bytes(path)
     try:
-        try:
-            trace = _decoder.decode(data)
-        except msgspec.ValidationError:
-            # One odd value anywhere fails the strict decode of the whole file: read it again,
-            # field by field, keeping what the linker can use.
-            trace = _decode_lenient(data)
+        return _decode_bytes(data)
     except msgspec.ValidationError as e:
         raise DlptError(f"{path}: not a Kineto trace ({e}); expected a JSON object with "
-                        "'traceEvents' as written by torch.profiler") from None
+                        "'traceEvents' as written by torch.profiler, or a JSON array of trace events") from None
     except msgspec.DecodeError as e:
         what = "cut short" if "truncated" in str(e).lower() else f"not valid JSON ({e})"
         raise DlptError(f"{path}: the trace is {what}; re-export it from torch.profiler") from None
     except UnicodeDecodeError as e:
         raise DlptError(f"{path}: the trace is not UTF-8 text ({e.reason} at byte {e.start}); "
                         "expected JSON from torch.profiler") from None
-    return trace
 
 
 # --- reading a large trace a slice of events at a time ---
@@ -276,8 +315,6 @@ def decode(path: str) -> Trace:
 CHUNK_BYTES = 1 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
-_events_decoder = msgspec.json.Decoder(list[Event])
-_lenient_events_decoder = msgspec.json.Decoder(list[_LenientEvent])
 
 
 class Unsplittable(Exception):
@@ -297,6 +334,13 @@ def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Ite
     data = read_bytes(path)
     if len(data) < 2 * chunk_bytes:
         return None
+    if _is_array(data):
+        # The array form: the events are the whole file, and there is no metadata to read.
+        first = data.index(b"[") + 1
+        close = data.rfind(b"]")
+        if close < first or data[close + 1:].strip():
+            return None  # no closing bracket (allowed in this form): read whole, which adds one
+        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes)
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
@@ -337,10 +381,7 @@ def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Ev
         buf += view[cur:end]
         buf += b"]"
         try:
-            try:
-                events = _events_decoder.decode(buf)
-            except msgspec.ValidationError:
-                events = [c for c in map(_clean, _lenient_events_decoder.decode(buf)) if c is not None]
+            events = _decode_events(buf)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             raise Unsplittable() from None
         del buf
