@@ -35,13 +35,26 @@ BAD_FILES = {
     "binary.json": bytes(range(256)) * 10,
     "garbage.dlpt": b"\x00\x01garbage" * 100,
     "fake-sqlite.dlpt": b"SQLite format 3\x00" + b"\x00" * 200,
+    # C's spelling of NaN: not JSON of any dialect.
+    "c-nan.json": _events([]).replace(b'"dur": ', b'"dur": nan, "x": ', 1),
 }
+
+NAN = float("nan")
+# Python's json.dump writes NaN, Infinity and -Infinity; so do tools built on it.
+NONFINITE = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": NAN, "dur": 1.0},
+             {"ph": "X", "cat": "kernel", "name": "check_NaN, NaN, [inf, 1]", "pid": 0, "tid": 7, "ts": 1.0,
+              "dur": float("inf")},
+             {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": float("-inf"), "dur": 2.0},
+             {"ph": "X", "cat": "cpu_op", "name": "NaN: [NaN, Infinity]", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
+              "args": {"Sequence number": NAN, "correlation": float("inf")}}]
 
 SURVIVABLE = {
     # Wrong types and missing fields in some events of a good trace.
     "wrong-types.json": _events([{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1},
                                  {"ph": "X", "cat": "cpu_op", "name": ["x"], "ts": 1.0, "dur": 2.0},
                                  {"ph": "X", "cat": "kernel", "name": "neg", "ts": 1.0, "dur": -5.0}]),
+    # NaN and Infinity (not JSON): read as missing; the three events whose time is one are skipped.
+    "nonfinite.json": _events(NONFINITE),
 }
 
 ODD_BUT_VALID = {
@@ -172,3 +185,33 @@ def test_the_array_form_reads_in_slices(tmp_path, monkeypatch):
     sliced = import_traces(str(p))
     assert (whole.cct.exclusive == sliced.cct.exclusive).all() and whole.frames == sliced.frames
     assert whole.cct.exclusive[:, 0].sum() > 0
+
+
+def test_nan_and_infinity_are_read_as_missing(tmp_path, monkeypatch):
+    p = _write(tmp_path, "nonfinite.json", SURVIVABLE["nonfinite.json"])
+    r = dlpt("report", str(p), "--view", "flat", "--by", "op", "--metric", "cpu_time", "--top", "0")
+    assert r.returncode == 0, r.stderr
+    first = SURVIVABLE["nonfinite.json"].index(b'"ts": NaN') + len('"ts": ')
+    assert (f"dlpt: warning: {p}: 5 NaN/Infinity values (first at byte {first:,} of its JSON), which JSON does "
+            "not allow, read as missing; an event whose time or duration was one is skipped") in r.stderr
+    assert "skipped 3 malformed events" in r.stderr
+    assert "NaN: [NaN, Infinity]" in r.stdout  # the same letters inside a string are left alone
+    # A large trace read a slice at a time says the same.
+    from dlpt.collectors.kineto import import_traces
+
+    decode_mod = importlib.import_module("dlpt.collectors.kineto.decode")
+    whole = import_traces(str(p))
+    monkeypatch.setattr(decode_mod, "CHUNK_BYTES", 2000)
+    assert decode_mod.decode_chunks(str(p)) is not None
+    sliced = import_traces(str(p))
+    assert (whole.meta["nonfinite"], whole.meta["nonfinite_at"]) == (5, first)
+    assert (sliced.meta["nonfinite"], sliced.meta["nonfinite_at"]) == (5, first)
+    assert (whole.cct.exclusive.sum(axis=0) == sliced.cct.exclusive.sum(axis=0)).all()
+
+
+def test_a_nan_dlpt_cannot_read_is_named(tmp_path):
+    r = dlpt("report", str(_write(tmp_path, "c-nan.json", BAD_FILES["c-nan.json"])))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    at = BAD_FILES["c-nan.json"].index(b"nan,")
+    assert f"c-nan.json: holds nan at byte {at:,} of its JSON; JSON has no NaN or Infinity" in r.stderr
+    assert "re-export the trace, or replace them with null" in r.stderr

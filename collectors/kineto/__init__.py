@@ -61,7 +61,9 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
                                "command": "", "traces": [f]}
     if progress:
         progress(f"reading {os.path.basename(f)}", k, n)
-    trace, cols = _read(f)
+    notes: dict[str, int] = {}
+    trace, cols = _read(f, notes)
+    meta.update(notes)  # NaN and Infinity read as missing (nonfinite.py): how many, and where
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
     if isinstance(rank, int):
         meta["rank"] = rank
@@ -84,10 +86,10 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     return build_profile(builder, frames, out, meta)
 
 
-def _read(path: str) -> tuple[Trace, Columns]:
+def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns; large files a slice
     at a time (decode.py), so that the decoded events of only one slice are alive at once."""
-    sliced = decode_chunks(path)
+    sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
         meta, slices = sliced
         cols = Columns()
@@ -96,8 +98,8 @@ def _read(path: str) -> tuple[Trace, Columns]:
                 cols.add(events)
             return meta, cols
         except Unsplittable:
-            pass
-    trace = decode(path)
+            notes.clear()  # read again, whole
+    trace = decode(path, notes)
     cols = Columns()
     cols.add(trace.traceEvents)
     trace.traceEvents = []  # the columns hold what linking needs

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from dlpt.collectors.kineto.nonfinite import nonfinite_at, nonfinite_error, quote_nonfinite
 from dlpt.errors import DlptError
 from dlpt.metrics import KERNEL, MEMCPY_OTHER, MEMSET
 
@@ -289,11 +290,25 @@ def _decode_bytes(data: bytes) -> Trace:
         return _decode_lenient(data)
 
 
-def decode(path: str) -> Trace:
-    """The trace at `path`, whole: the object form or the array form."""
+def decode(path: str, notes: dict[str, int] | None = None) -> Trace:
+    """The trace at `path`, whole. NaN and Infinity, which JSON has no place for, are read as
+    missing values (nonfinite.py says why); `notes`, when given, gets how many there were
+    (`nonfinite`) and the byte of the first (`nonfinite_at`)."""
     data = read_bytes(path)
     try:
-        return _decode_bytes(data)
+        try:
+            return _decode_bytes(data)
+        except msgspec.DecodeError as e:
+            at = nonfinite_at(data, e)
+            if at is None:
+                raise
+            fixed = quote_nonfinite(data)
+            if fixed is None:
+                raise DlptError(nonfinite_error(path, *at)) from None
+            trace = _decode_bytes(fixed[0])
+            if notes is not None:
+                notes.update(nonfinite=fixed[1], nonfinite_at=at[0])
+            return trace
     except msgspec.ValidationError as e:
         raise DlptError(f"{path}: not a Kineto trace ({e}); expected a JSON object with "
                         "'traceEvents' as written by torch.profiler, or a JSON array of trace events") from None
@@ -322,7 +337,8 @@ class Unsplittable(Exception):
     wrong with it, if anything."""
 
 
-def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
+def decode_chunks(path: str, chunk_bytes: int | None = None,
+                  notes: dict[str, int] | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
     """(the trace without its events, the events a slice at a time), or None when the file is
     small or not laid out as expected. The iterator raises `Unsplittable` when a slice does not
     decode; the caller then starts again with `decode`.
@@ -340,7 +356,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Ite
         close = data.rfind(b"]")
         if close < first or data[close + 1:].strip():
             return None  # no closing bracket (allowed in this form): read whole, which adds one
-        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes)
+        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes, notes)
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
@@ -365,10 +381,29 @@ def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Ite
         meta = None
     if meta is None:
         return None
-    return meta, _slices(data, first, close, chunk_bytes)
+    return meta, _slices(data, first, close, chunk_bytes, notes)
 
 
-def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Event]]:
+def _decode_slice(buf: bytearray, offset: int, notes: dict[str, int] | None) -> list[Event]:
+    """The events of one slice (`buf`, a JSON list whose byte 1 is byte `offset` + 1 of the
+    file). NaN and Infinity are read as missing in this slice alone (nonfinite.py), so the file
+    is not read whole for them; `notes` adds up how many, and where the first was."""
+    try:
+        return _decode_events(buf)
+    except msgspec.DecodeError as e:
+        at = nonfinite_at(buf, e)
+        fixed = quote_nonfinite(buf) if at is not None else None
+        if at is None or fixed is None:
+            raise
+        events = _decode_events(fixed[0])
+        if notes is not None:
+            notes.setdefault("nonfinite_at", offset + at[0])
+            notes["nonfinite"] = notes.get("nonfinite", 0) + fixed[1]
+        return events
+
+
+def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int,
+            notes: dict[str, int] | None = None) -> Iterator[list[Event]]:
     view = memoryview(data)
     cur = lo
     while cur < hi:
@@ -381,7 +416,7 @@ def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Ev
         buf += view[cur:end]
         buf += b"]"
         try:
-            events = _decode_events(buf)
+            events = _decode_slice(buf, cur - 1, notes)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             raise Unsplittable() from None
         del buf
