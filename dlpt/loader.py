@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from dlpt.errors import DlptError, notice
-from dlpt.profile import Profile
+from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.progress import Progress, progress_for
 from dlpt.sources import snapshot_sources
 from dlpt.store import is_profile_file, load
@@ -32,6 +32,11 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     if skipped:
         # Survivable damage: say how much was left out rather than dropping it silently.
         notice(f"warning: {path}: skipped {skipped:,} malformed events")
+    unknown = unknown_device_events(prof)
+    if unknown:
+        # A device's work in kinds dlpt does not read (another accelerator's, a newer
+        # profiler's): left out of every metric, so said, once per file.
+        notice(f"warning: {path}: {unknown_device_text(unknown)}")
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
 

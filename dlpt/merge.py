@@ -19,7 +19,7 @@ from dlpt.commwait import comm_wait_columns
 from dlpt.errors import notice
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
-from dlpt.profile import Activities, Profile
+from dlpt.profile import Activities, Profile, unknown_device_events
 from dlpt.version import __version__
 
 RANK_PREFIX = "rank "
@@ -150,7 +150,8 @@ def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray)
 def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
     m = p.meta
     out: dict[str, Any] = {"rank": rank, "path": p.path}
-    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory"):
+    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory",
+              "unknown_device_events"):
         if m.get(k) is not None:
             out[k] = m[k]
     return out
@@ -169,6 +170,9 @@ def _merged_meta(profiles: list[Profile], ranks: list[dict[str, Any]]) -> dict[s
     skipped = sum(int(p.meta.get("skipped_events", 0) or 0) for p in profiles)
     if skipped:
         meta["skipped_events"] = skipped
+    unknown = unknown_device_events(*profiles)
+    if unknown:
+        meta["unknown_device_events"] = unknown
     for k in ("torch_version", "cuda_version", "devices", "cuda_runtime_version"):
         if first.get(k) is not None:
             meta[k] = first[k]

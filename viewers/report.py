@@ -11,7 +11,7 @@ import numpy as np
 from dlpt.findings import findings
 from dlpt.frames import Frame, short_path
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, fmt_bytes, metric_column, metric_unit
-from dlpt.profile import Profile
+from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.hotspots import summary
@@ -57,7 +57,10 @@ def header(profile: Profile, metric: str) -> list[str]:
         # A --steps window: every figure below covers those steps only.
         lines[0] += f" · steps {steps[0]}–{steps[1] - 1} (--steps {steps[0]}:{steps[1]})"
     split = " · ".join(f"{k.label} {fmt_time(tot[COL[k.time]])}" for k in KIND_BREAKDOWN if tot[COL[k.time]])
-    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
+    unknown = unknown_device_events(profile)
+    none = (f" (no GPU activity that dlpt reads in this profile; {unknown_device_text(unknown)})" if unknown
+            else " (no GPU activity in this profile)")
+    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else none))
     if tot[COL["cpu_time"]]:
         lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
     lines += wait_lines(profile) + memory_lines(profile)

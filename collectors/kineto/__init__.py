@@ -7,7 +7,7 @@ import os
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
-from dlpt.collectors.kineto.columns import Columns
+from dlpt.collectors.kineto.columns import Columns, unknown_device_events
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
@@ -67,6 +67,9 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
     if isinstance(rank, int):
         meta["rank"] = rank
+    unknown = unknown_device_events(cols)
+    if unknown:
+        meta["unknown_device_events"] = unknown
     link_columns(trace, cols, builder, frames, 0, out, meta)
     add_meta(meta, cols.memory)  # memory and its timeline, from `[memory]` events
     del cols

@@ -40,6 +40,9 @@ class Args(msgspec.Struct, gc=False):
     device_id: int = msgspec.field(name="Device Id", default=-1)
     total_allocated: int = msgspec.field(name="Total Allocated", default=-1)
     total_reserved: int = msgspec.field(name="Total Reserved", default=-1)
+    # A `process_labels` metadata event's: Kineto labels each process row "CPU" or "GPU N"
+    # (columns.py tells device rows from host rows by it).
+    labels: str | None = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -195,7 +198,21 @@ def _clean(e: _LenientEvent) -> Event | None:
         if a is None or not isinstance(a.name, str) or not (_hashable(e.pid) and _hashable(e.tid)):
             return None
         return Event(ph=ph, name="thread_name", pid=e.pid, tid=e.tid, args=Args(name=a.name))
+    if ph == "M" and e.name == "process_labels":
+        a = _args(e.args)
+        if a is None or not isinstance(a.labels, str) or not _pid(e.pid):
+            return None
+        return Event(ph=ph, name="process_labels", pid=e.pid, args=Args(labels=a.labels))
+    if ph == "X" and _pid(e.pid):
+        # A kind the linker does not read: kept (pid and category only) so that columns.py can
+        # count it when it sits on a device's row, as it does after a strict decode.
+        return Event(ph=ph, cat=cat, pid=e.pid)
     return None
+
+
+def _pid(x: object) -> bool:
+    """A pid the strict `Event` could hold."""
+    return isinstance(x, (int, str)) and not isinstance(x, bool)
 
 
 def _clean_memory(e: _LenientEvent) -> Event | None:

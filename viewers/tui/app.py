@@ -20,7 +20,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS
 from dlpt.output import write_json, write_output
-from dlpt.profile import Profile, default_metric
+from dlpt.profile import Profile, default_metric, unknown_device_events, unknown_device_text
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.report import memory_lines, wait_lines
@@ -288,7 +288,10 @@ class DlptApp(App[int]):
             t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
             t.append(": " + " · ".join(f"{k.label} {fmt_time(tot[k.time])}" for k in KIND_BREAKDOWN if tot[k.time]))
         else:
-            t.append("no GPU activity in this profile", style="bold")
+            unknown = unknown_device_events(prof)
+            t.append("no GPU activity" + (" that dlpt reads" if unknown else "") + " in this profile", style="bold")
+            if unknown:
+                t.append(f" ({unknown_device_text(unknown)})")
         if tot["cpu_time"]:
             t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
         t.append("\n")
