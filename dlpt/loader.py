@@ -81,13 +81,16 @@ def input_files(path: str) -> list[str]:
     return profiles + traces
 
 
-def open_profiles(paths: list[str], rank: int | None = None, progress: Progress | None = None) -> Profile:
+def open_profiles(paths: list[str], rank: int | None = None, progress: Progress | None = None,
+                  as_ranks: bool = False) -> Profile:
     """Open one or several profiles, Kineto traces, or directories of them: several are merged
-    into one profile with a `rank N` node per input (dlpt.merge); `rank` keeps only that rank."""
+    into one profile with a `rank N` node per input (dlpt.merge); `rank` keeps only that rank.
+    Inputs that are not ranks of one run (dlpt/runs.py) are refused unless `as_ranks`, which
+    merges them anyway as ranks 0..N-1 in the order given."""
     from dlpt.merge import merge_profiles
 
     files = [f for p in paths for f in input_files(p)]
-    prof = merge_profiles([open_profile(f, progress) for f in files])
+    prof = merge_profiles([open_profile(f, progress) for f in files], as_ranks=as_ranks)
     prof.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if rank is not None:
         from dlpt.ranks import select_rank

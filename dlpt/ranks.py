@@ -28,9 +28,10 @@ def _env_int(name: str) -> int | None:
 
 
 def rank_info() -> dict[str, Any]:
-    """{rank, world_size, local_rank, host} of this process: from an initialised
-    torch.distributed process group when there is one, else from the RANK / WORLD_SIZE /
-    LOCAL_RANK that torchrun (and most launchers) set; a lone process is rank 0 of 1.
+    """{rank, world_size, local_rank, host} of this process, and torchrun's run_id where it gave
+    one: from an initialised torch.distributed process group when there is one, else from the
+    RANK / WORLD_SIZE / LOCAL_RANK that torchrun (and most launchers) set; a lone process is
+    rank 0 of 1.
 
     torch is not imported here: if the program has not imported torch.distributed, no process
     group can exist."""
@@ -43,9 +44,15 @@ def rank_info() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a broken process group must not cost the profile
             pass
     local = _env_int("LOCAL_RANK")
-    return {"rank": rank if rank is not None else 0, "world_size": world if world is not None else 1,
-            "local_rank": local if local is not None else (rank if rank is not None else 0),
-            "host": socket.gethostname()}
+    info: dict[str, Any] = {"rank": rank if rank is not None else 0, "world_size": world if world is not None else 1,
+                            "local_rank": local if local is not None else (rank if rank is not None else 0),
+                            "host": socket.gethostname()}
+    # torchrun's run id, the same in every rank of one job (a uuid with --standalone, --rdzv-id
+    # otherwise); "none" is its default when no id was given, and tells nothing.
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id != "none":
+        info["run_id"] = run_id
+    return info
 
 
 _SUFFIX = re.compile(r"(\.dlpt)$", re.IGNORECASE)

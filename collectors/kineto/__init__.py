@@ -8,7 +8,7 @@ import os
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto.columns import Columns, unknown_device_events
-from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
+from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
 from dlpt.frames import Frame, FrameTable
@@ -65,11 +65,18 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     trace, cols = _read(f, notes)
     meta.update(notes)  # NaN and Infinity read as missing (nonfinite.py): how many, and where
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
-    if isinstance(rank, int):
+    if isinstance(rank, int) and not isinstance(rank, bool):
         meta["rank"] = rank
+    # The host process: two traces of one process are not two ranks (dlpt/runs.py).
+    pids = sorted({pid for pid, _ in cols.thread_ids if as_int(pid) >= 0})
+    if pids:
+        meta["host_pids"] = pids
     unknown = unknown_device_events(cols)
     if unknown:
         meta["unknown_device_events"] = unknown
+    window = _wall_window(as_int(trace.baseTimeNanoseconds, 0), cols)
+    if window is not None:
+        meta["wall_window"] = window
     link_columns(trace, cols, builder, frames, 0, out, meta)
     add_meta(meta, cols.memory)  # memory and its timeline, from `[memory]` events
     del cols
@@ -87,6 +94,20 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
         progress("linking", k + 1, n)
     meta["skipped_events"] = out.skipped
     return build_profile(builder, frames, out, meta)
+
+
+# Wall-clock times from before this are no wall clock: a trace with no `baseTimeNanoseconds`
+# whose timestamps count from some other origin (a synthetic one, an old tool's).
+_EPOCH_2001_NS = 10**18
+
+
+def _wall_window(base: int, cols: Columns) -> dict[str, int] | None:
+    """{start, end}: when the trace's first event began and its last ended, in ns since the Unix
+    epoch. Kineto writes times relative to `baseTimeNanoseconds` (the wall clock floored to a
+    quarter year, the same on every rank), and wrote them absolute before it had one."""
+    if cols.first is None or cols.last is None or base + cols.first < _EPOCH_2001_NS:
+        return None
+    return {"start": base + cols.first, "end": base + cols.last}
 
 
 def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:

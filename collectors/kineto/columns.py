@@ -87,6 +87,10 @@ class Columns:
         self.unknown: Counter[tuple[object, str]] = Counter()
         self.gpu_pids: set[object] = set()
         self.labels: dict[object, str] = {}
+        # The first start and last end of any span or GPU event read (ns, the trace's own clock):
+        # when the trace was taken, which tells ranks of one run from different runs (dlpt/runs.py).
+        self.first: int | None = None
+        self.last: int | None = None
 
     def add(self, events: list) -> None:
         n_ev = len(events)
@@ -99,6 +103,10 @@ class Columns:
         d, ok_d = _ns_column([e.dur for e in sub])
         ok = ok_s & ok_d & (d >= 0)
         self.skipped += len(sub) - int(ok.sum())
+        if ok.any():
+            lo, hi = int(s[ok].min()), int((s + d)[ok].max())
+            self.first = lo if self.first is None else min(self.first, lo)
+            self.last = hi if self.last is None else max(self.last, hi)
         u_idx = np.flatnonzero((ph == _PH_X) & (cat == 0))
         if len(u_idx):
             self.unknown.update([(events[i].pid, events[i].cat) for i in u_idx.tolist()])

@@ -40,6 +40,14 @@ def add_inputs(p: argparse.ArgumentParser) -> None:
                    help="a .dlpt profile, a Kineto trace, or a directory of them; several (one per "
                    "rank) are merged, each rank's tree under a `rank N` node")
     add_rank(p)
+    add_as_ranks(p)
+
+
+def add_as_ranks(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--as-ranks", action="store_true",
+                   help="merge several inputs as ranks 0..N-1 in the order given, even where they do "
+                   "not look like the ranks of one run (the same rank twice, different world sizes or "
+                   "run ids, one process, or profiled seconds or more apart), which is refused otherwise")
 
 
 def add_rank(p: argparse.ArgumentParser) -> None:
