@@ -1,5 +1,5 @@
 """Several inputs: only the ranks of one run are merged as ranks (dlpt/runs.py), unless
-`--as-ranks`."""
+`--as-ranks`; a rank with no GPU activity is left out of the GPU straggler rule."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import pytest
 from kineto_builder import BASE_NS, TraceBuilder
 from test_ranks import gpu_profile
 
+from dlpt.cct import TreeBuilder
+from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.errors import DlptError
+from dlpt.frames import Frame, FrameTable
 from dlpt.merge import merge_profiles
-from dlpt.ranks import rank_nodes
+from dlpt.ranks import rank_nodes, straggler
 from dlpt.store import save
 
 HOUR_NS = 3600 * 10**9
@@ -139,3 +142,44 @@ def test_every_command_with_inputs_offers_as_ranks():
     for cmd in COMMANDS_WITH_INPUTS:
         r = dlpt(cmd, "--help")
         assert r.returncode == 0 and "--as-ranks" in r.stdout and "order given" in " ".join(r.stdout.split()), cmd
+
+
+# ----- a rank with no GPU activity -----
+
+
+def cpu_profile(rank: int, ns: int):
+    """A rank that ran host ops only (a CPU-only rank, or one whose GPU was not traced)."""
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "t")))
+    out = ActivityColumns()
+    node = b.child(0, frames.intern(Frame("python", "train.py(10): step", "train.py", 10, "step")))
+    op = b.child(node, frames.intern(Frame("op", "aten::mm")))
+    out.cpu_node.append(op)
+    out.cpu_self.append(ns)
+    return build_profile(b, frames, out, {"source": "kineto", "rank": rank, "world_size": 2})
+
+
+def test_a_cpu_only_rank_is_left_out_of_the_gpu_straggler_rule(tmp_path):
+    save(gpu_profile({10: [("gemm", 5000)]}, rank=0), str(tmp_path / "r0.dlpt"))
+    save(cpu_profile(1, 9000), str(tmp_path / "r1.dlpt"))
+    files = [str(tmp_path / "r0.dlpt"), str(tmp_path / "r1.dlpt")]
+    r = dlpt("report", *files, "--view", "flat")
+    assert r.returncode == 0, r.stderr
+    assert "rank 1 has no GPU activity; left out of the straggler rule" in r.stdout
+    assert "straggler:" not in r.stdout and "ranks balanced" not in r.stdout, r.stdout
+    doc = json.loads(dlpt("export", *files, "-o", "-").stdout)
+    assert doc["summary"]["straggler"]["straggler"] is False and doc["summary"]["straggler"]["left_out"] == [1]
+    # In host op time every rank takes part: rank 1 ran 9 us of ops, rank 0 none.
+    r = dlpt("report", *files, "--view", "flat", "--metric", "cpu_time")
+    assert "left out" not in r.stdout and "straggler: rank 1" in r.stdout, r.stdout
+
+
+def test_the_rule_runs_on_the_gpu_ranks_alone():
+    world = [gpu_profile({10: [("gemm", 1000)]}, rank=0, world=3), gpu_profile({10: [("gemm", 3000)]}, rank=1, world=3),
+             cpu_profile(2, 50)]
+    world[2].meta["world_size"] = 3
+    v = straggler(merge_profiles(world), "gpu_time")
+    assert v is not None and v["straggler"] and v["rank"] == 1 and v["left_out"] == [2]
+    assert set(v["compute"]) == {"0", "1"} and v["excess"] == 2000
+    assert v["line"]["per_rank"] == {"0": 1000, "1": 3000}
+    assert straggler(merge_profiles(world), "cpu_time")["left_out"] == []

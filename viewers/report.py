@@ -165,7 +165,7 @@ def compile_lines(profile: Profile) -> list[str]:
 def rank_lines(profile: Profile, metric: str) -> list[str]:
     """Several ranks: each rank's total and communication share, and the straggler verdict
     (dlpt.ranks.straggler says the rule)."""
-    from dlpt.ranks import STRAGGLER_MIN_SHARE, rank_totals, straggler
+    from dlpt.ranks import STRAGGLER_MIN_SHARE, left_out_text, rank_totals, ranks_without_gpu, straggler
 
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
@@ -176,6 +176,9 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
 
     lines = [f"{len(totals)} ranks, {metric} per rank: "
              + " · ".join(f"rank {t['rank']} {fmt_metric(metric, t[metric])}{comm(t)}" for t in totals)]
+    left_out = ranks_without_gpu(profile, metric)
+    if left_out and len(left_out) < len(totals):
+        lines.append(left_out_text(left_out))
     v = straggler(profile, metric)
     if v is None or not any(v["compute"].values()):
         return lines  # nothing computed in this metric: no rank is slower than another
