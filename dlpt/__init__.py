@@ -13,12 +13,13 @@ from dlpt.profile import Profile
 from dlpt.version import __version__
 
 
-def load(path: str | list[str], rank: int | None = None) -> Profile:
+def load(path: str | list[str], rank: int | None = None, as_ranks: bool = False) -> Profile:
     """Open a `.dlpt` profile, a Kineto trace (`.json`, `.json.gz`) or a directory of them;
-    several paths (ranks) are merged, each rank's tree under a `rank N` node; `rank` keeps one."""
+    several paths (ranks) are merged, each rank's tree under a `rank N` node; `rank` keeps one.
+    Inputs that are not the ranks of one run raise DlptError unless `as_ranks` (`--as-ranks`)."""
     from dlpt.loader import open_profiles
 
-    return open_profiles([path] if isinstance(path, str) else list(path), rank)
+    return open_profiles([path] if isinstance(path, str) else list(path), rank, as_ranks=as_ranks)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from dlpt.errors import DlptError, notice
-from dlpt.profile import Profile
+from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.progress import Progress, progress_for
 from dlpt.sources import snapshot_sources
 from dlpt.store import is_profile_file, load
@@ -23,10 +23,20 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     with progress_for(progress) as prog:
         prof = import_traces(path, progress=prog)
     prof.path = path
+    nonfinite = int(prof.meta.get("nonfinite", 0) or 0)
+    if nonfinite:
+        notice(f"warning: {path}: {nonfinite:,} NaN/Infinity value{'s' if nonfinite != 1 else ''} (first at byte "
+               f"{int(prof.meta.get('nonfinite_at', 0)):,} of its JSON), which JSON does not allow, read as "
+               "missing; an event whose time or duration was one is skipped")
     skipped = int(prof.meta.get("skipped_events", 0) or 0)
     if skipped:
         # Survivable damage: say how much was left out rather than dropping it silently.
         notice(f"warning: {path}: skipped {skipped:,} malformed events")
+    unknown = unknown_device_events(prof)
+    if unknown:
+        # A device's work in kinds dlpt does not read (another accelerator's, a newer
+        # profiler's): left out of every metric, so said, once per file.
+        notice(f"warning: {path}: {unknown_device_text(unknown)}")
     prof.sources.update(snapshot_sources(prof, [os.path.dirname(os.path.abspath(path)), os.getcwd()]))
     return prof
 
@@ -71,13 +81,16 @@ def input_files(path: str) -> list[str]:
     return profiles + traces
 
 
-def open_profiles(paths: list[str], rank: int | None = None, progress: Progress | None = None) -> Profile:
+def open_profiles(paths: list[str], rank: int | None = None, progress: Progress | None = None,
+                  as_ranks: bool = False) -> Profile:
     """Open one or several profiles, Kineto traces, or directories of them: several are merged
-    into one profile with a `rank N` node per input (dlpt.merge); `rank` keeps only that rank."""
+    into one profile with a `rank N` node per input (dlpt.merge); `rank` keeps only that rank.
+    Inputs that are not ranks of one run (dlpt/runs.py) are refused unless `as_ranks`, which
+    merges them anyway as ranks 0..N-1 in the order given."""
     from dlpt.merge import merge_profiles
 
     files = [f for p in paths for f in input_files(p)]
-    prof = merge_profiles([open_profile(f, progress) for f in files])
+    prof = merge_profiles([open_profile(f, progress) for f in files], as_ranks=as_ranks)
     prof.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if rank is not None:
         from dlpt.ranks import select_rank

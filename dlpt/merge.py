@@ -16,10 +16,11 @@ import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.commwait import collective_span, comm_wait_columns
-from dlpt.errors import notice
+from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
-from dlpt.profile import Activities, Profile
+from dlpt.profile import Activities, Profile, unknown_device_events
+from dlpt.runs import run_conflict
 from dlpt.version import __version__
 
 RANK_PREFIX = "rank "
@@ -49,33 +50,55 @@ def _top_nodes(profile: Profile) -> np.ndarray:
     return np.flatnonzero(profile.cct.parent == 0)
 
 
-def _first_rank(merged: Profile) -> int:
+def _rank_numbers_of(merged: Profile) -> list[int]:
     nums = [rank_of(merged.frame_of(int(k))) for k in _top_nodes(merged)]
-    return min((n for n in nums if n is not None), default=0)
+    return [n for n in nums if n is not None]
 
 
-def rank_numbers(profiles: list[Profile]) -> list[int]:
+def _first_rank(merged: Profile) -> int:
+    return min(_rank_numbers_of(merged), default=0)
+
+
+def rank_numbers(profiles: list[Profile], taken: set[int] | None = None) -> list[int]:
     """The rank of each input: the rank its meta records (torchrun's RANK, a trace's
-    distributedInfo) when every input has one and no two share it; else the inputs' order.
-    Repeated ranks usually mean two runs were mixed, which is worth a warning."""
+    distributedInfo) when every input has one and no two share it (`merge_profiles` refuses
+    inputs that share one: dlpt/runs.py); else the inputs' order, skipping the numbers in
+    `taken` (the ranks of inputs that are already merged)."""
     known = [p.meta.get("rank") for p in profiles]
     if all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in known):
-        if len(set(known)) == len(known):
+        if len(set(known)) == len(known) and not set(known) & (taken or set()):
             return [int(r) for r in known]  # type: ignore[arg-type]
-        notice("warning: several inputs are the same rank (two runs mixed?); numbering them "
-               f"0..{len(profiles) - 1} in the order given")
-    return list(range(len(profiles)))
+    free = (k for k in range(len(profiles) + len(taken or ())) if k not in (taken or set()))
+    return [next(free) for _ in profiles]
 
 
-def merge_profiles(profiles: list[Profile]) -> Profile:
+def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
     """One profile whose root holds a `rank N` node per input, in rank order; an input that is
-    itself merged contributes its rank nodes as they are. Totals are the sums of the inputs'."""
+    itself merged contributes its rank nodes as they are. Totals are the sums of the inputs'.
+
+    Inputs that are not the ranks of one run (`dlpt.runs.run_conflict`: the same rank twice,
+    different world sizes or runs, profiled far apart) are refused with a DlptError that names
+    two of them; `as_ranks` merges them anyway, numbering every rank 0..N-1 in the order given."""
     if len(profiles) == 1:
         return profiles[0]
     merged_in = [is_merged(p) for p in profiles]
-    it = iter(rank_numbers([p for p, m in zip(profiles, merged_in) if not m]))
-    keyed = [(None if m else next(it), p) for p, m in zip(profiles, merged_in)]
-    keyed.sort(key=lambda rp: rp[0] if rp[0] is not None else _first_rank(rp[1]))
+    counts = [len(_top_nodes(p)) if m else 1 for p, m in zip(profiles, merged_in)]  # ranks of each
+    if not as_ranks:
+        why = run_conflict(profiles, merged_in)
+        if why is not None:
+            raise DlptError(f"{why}, so they are not the ranks of one run; to merge them as ranks anyway "
+                            f"(numbered 0..{sum(counts) - 1} in the order given), pass --as-ranks")
+    renumber: dict[int, list[int]] = {}  # input index -> the new numbers of its rank nodes
+    if as_ranks:
+        # Every rank numbered in the order given, those of merged inputs too.
+        starts = np.r_[0, np.cumsum(counts)[:-1]].tolist()
+        keyed = list(zip(starts, range(len(profiles))))
+        renumber = {i: list(range(starts[i], starts[i] + counts[i])) for i, m in enumerate(merged_in) if m}
+    else:
+        taken = {r for p, m in zip(profiles, merged_in) if m for r in _rank_numbers_of(p)}
+        it = iter(rank_numbers([p for p, m in zip(profiles, merged_in) if not m], taken))
+        keyed = [(_first_rank(p) if m else next(it), i) for i, (p, m) in enumerate(zip(profiles, merged_in))]
+    keyed.sort(key=lambda ri: ri[0])
     table = FrameTable()
     root = table.intern(Frame("root", f"{len(profiles)} profiles"))
     parents = [np.array([-1], dtype=np.int64)]
@@ -86,21 +109,30 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
     offset = 1
     # Comm wait needs every rank's collective calls side by side: estimated here, where the
     # ranks meet (dlpt/commwait.py).
-    singles = [p for rank, p in keyed if rank is not None]
-    waits = dict(zip(map(id, singles), comm_wait_columns(singles) or []))
-    for rank, p in keyed:
+    singles = [i for _, i in keyed if not merged_in[i]]
+    waits = dict(zip(singles, comm_wait_columns([profiles[i] for i in singles]) or []))
+    for rank, i in keyed:
+        p = profiles[i]
         cct = p.cct
         fmap = np.fromiter((table.intern(f) for f in p.frames), dtype=np.int64, count=len(p.frames))
-        if rank is None:
+        if merged_in[i]:
             # Already merged: drop its root, keep its rank nodes (old id i becomes offset+i-1).
             shift = offset - 1
             par = cct.parent[1:]
             parents.append(np.where(par == 0, 0, par + shift))
-            frames.append(fmap[cct.frame[1:]])
+            fr = fmap[cct.frame[1:]]
+            metas = [dict(m) for m in p.meta.get("ranks") or []]
+            if i in renumber:  # --as-ranks: its ranks take the numbers given them
+                for j, (node, new_rank) in enumerate(zip(_top_nodes(p).tolist(), renumber[i])):
+                    old_frame = p.frame_of(node)
+                    fr[node - 1] = table.intern(rank_frame(new_rank, old_frame.file))
+                    if j < len(metas):
+                        metas[j]["rank"] = new_rank
+            frames.append(fr)
             excs.append(cct.exclusive[1:])
             excs[0] = excs[0] + cct.exclusive[:1]
             node_of = np.r_[0, np.arange(1, len(cct)) + shift]
-            ranks_meta.extend(p.meta.get("ranks") or [])
+            ranks_meta.extend(metas)
             offset += len(cct) - 1
         else:
             # Its root becomes its rank node (old id i becomes offset+i).
@@ -111,9 +143,9 @@ def merge_profiles(profiles: list[Profile]) -> Profile:
             parents.append(par)
             frames.append(fr)
             exc = cct.exclusive
-            if id(p) in waits:
+            if i in waits:
                 exc = exc.copy()
-                exc[:, COL["comm_wait_time"]] += waits[id(p)]
+                exc[:, COL["comm_wait_time"]] += waits[i]
             excs.append(exc)
             node_of = np.arange(len(cct)) + offset
             ranks_meta.append(_rank_meta(rank, p))
@@ -150,7 +182,9 @@ def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray)
 def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
     m = p.meta
     out: dict[str, Any] = {"rank": rank, "path": p.path}
-    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory"):
+    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory",
+              # what tells ranks of one run from other runs (dlpt/runs.py), kept for the next merge
+              "run_id", "start_time", "wall_window", "host_pids", "unknown_device_events"):
         if m.get(k) is not None:
             out[k] = m[k]
     span = collective_span(p)
@@ -172,6 +206,9 @@ def _merged_meta(profiles: list[Profile], ranks: list[dict[str, Any]]) -> dict[s
     skipped = sum(int(p.meta.get("skipped_events", 0) or 0) for p in profiles)
     if skipped:
         meta["skipped_events"] = skipped
+    unknown = unknown_device_events(*profiles)
+    if unknown:
+        meta["unknown_device_events"] = unknown
     for k in ("torch_version", "cuda_version", "devices", "cuda_runtime_version"):
         if first.get(k) is not None:
             meta[k] = first[k]

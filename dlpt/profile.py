@@ -129,3 +129,25 @@ def default_metric(*profiles: Profile) -> str:
     if gpu:
         return "gpu_time"
     return "host_time" if host else "cpu_time" if cpu else "gpu_time"
+
+
+def unknown_device_events(*profiles: Profile) -> dict[str, int]:
+    """{category: count}, most first, of the device events of kinds dlpt does not read that the
+    importer skipped (meta `unknown_device_events`, collectors/kineto/columns.py), over the
+    profiles: a trace of hardware dlpt does not know has its work there, not in `kernel`."""
+    out: dict[str, int] = {}
+    for p in profiles:
+        for cat, n in (p.meta.get("unknown_device_events") or {}).items():
+            out[cat] = out.get(cat, 0) + int(n)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def unknown_device_text(counts: dict[str, int], limit: int = 5) -> str:
+    """`456,123 device events of unknown kinds skipped: mtia_kernel (456,000), foo (123)`."""
+    total = sum(counts.values())
+    # Category names come from the file: escape what a terminal would act on.
+    kinds = [f"{cat if cat.isprintable() else cat.encode('unicode_escape').decode()} ({n:,})"
+             for cat, n in list(counts.items())[:limit]]
+    if len(counts) > limit:
+        kinds.append(f"{len(counts) - limit} more kinds")
+    return f"{total:,} device event{'s' if total != 1 else ''} of unknown kinds skipped: {', '.join(kinds)}"

@@ -28,9 +28,10 @@ def _env_int(name: str) -> int | None:
 
 
 def rank_info() -> dict[str, Any]:
-    """{rank, world_size, local_rank, host} of this process: from an initialised
-    torch.distributed process group when there is one, else from the RANK / WORLD_SIZE /
-    LOCAL_RANK that torchrun (and most launchers) set; a lone process is rank 0 of 1.
+    """{rank, world_size, local_rank, host} of this process, and torchrun's run_id where it gave
+    one: from an initialised torch.distributed process group when there is one, else from the
+    RANK / WORLD_SIZE / LOCAL_RANK that torchrun (and most launchers) set; a lone process is
+    rank 0 of 1.
 
     torch is not imported here: if the program has not imported torch.distributed, no process
     group can exist."""
@@ -43,9 +44,15 @@ def rank_info() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a broken process group must not cost the profile
             pass
     local = _env_int("LOCAL_RANK")
-    return {"rank": rank if rank is not None else 0, "world_size": world if world is not None else 1,
-            "local_rank": local if local is not None else (rank if rank is not None else 0),
-            "host": socket.gethostname()}
+    info: dict[str, Any] = {"rank": rank if rank is not None else 0, "world_size": world if world is not None else 1,
+                            "local_rank": local if local is not None else (rank if rank is not None else 0),
+                            "host": socket.gethostname()}
+    # torchrun's run id, the same in every rank of one job (a uuid with --standalone, --rdzv-id
+    # otherwise); "none" is its default when no id was given, and tells nothing.
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id != "none":
+        info["run_id"] = run_id
+    return info
 
 
 _SUFFIX = re.compile(r"(\.dlpt)$", re.IGNORECASE)
@@ -219,9 +226,31 @@ STRAGGLER_MIN_SHARE = 0.05
 MIRROR_MIN_SHARE = 0.5
 
 
-def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
-    """The straggler verdict of a merged profile (None for one rank). The rule:
+# The metrics a rank with no GPU has as much as any other: host op time, the host's time on
+# each line, and the wait in collectives (estimated from host calls, gloo's included). Every
+# other metric is measured on the GPU (times, copies, counts, idle and sync time, memory), and a
+# rank with no GPU activity has none of it: not fast, but not taking part.
+HOST_METRICS = frozenset({"cpu_time", "host_time", "comm_wait_time"})
+_GPU_ACTIVITY = [COL[m] for m in ("gpu_time", "kernel_count", "copy_count", "memset_count")]
 
+
+def ranks_without_gpu(profile: Profile, metric: str) -> list[int]:
+    """The ranks with no GPU activity (no kernel, copy or memset), when `metric` is measured on
+    the GPU; [] for the host metrics (HOST_METRICS), in which every rank takes part. The
+    straggler rule leaves them out: beside a GPU rank, a CPU-only rank would be the fastest
+    and make the other a straggler by all of its GPU time."""
+    if metric in HOST_METRICS:
+        return []
+    inc = profile.cct.inclusive
+    return [r for r, node in rank_nodes(profile) if not inc[node, _GPU_ACTIVITY].any()]
+
+
+def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
+    """The straggler verdict of a merged profile: None for one rank, or when fewer than two
+    ranks take part. The rule:
+
+    0. in a metric measured on the GPU, the ranks with no GPU activity are left out
+       (`ranks_without_gpu`, listed in `left_out`); the others take part;
     1. each rank's compute = its `metric` less its communication (`comm_values`: collective
        kernels for the GPU metrics, collective ops' host time for cpu_time);
     2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
@@ -238,10 +267,16 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
         return None
-    ranks, ridx = node_rank_index(profile)
+    all_ranks, ridx = node_rank_index(profile)
+    left_out = ranks_without_gpu(profile, metric)
+    keep = np.array([j for j, r in enumerate(all_ranks) if r not in left_out], dtype=np.int64)
+    if len(keep) < 2:
+        return None
+    ranks = [all_ranks[j] for j in keep.tolist()]
     comp_node = compute_values(profile, metric)
-    compute = np.bincount(ridx[ridx >= 0], weights=comp_node[ridx >= 0], minlength=len(ranks)).astype(np.int64)
-    comm = np.array([t["comm"] for t in totals], dtype=np.int64)
+    compute = np.bincount(ridx[ridx >= 0], weights=comp_node[ridx >= 0],
+                          minlength=len(all_ranks)).astype(np.int64)[keep]
+    comm = np.array([t["comm"] for t in totals], dtype=np.int64)[keep]
     s = int(np.argmax(compute))
     others = np.delete(np.arange(len(ranks)), s)
     median = float(np.median(compute[others]))
@@ -252,7 +287,7 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
         "compute": {str(r): int(c) for r, c in zip(ranks, compute)},
         # "X% more than the median of the others": the excess against that median, as said.
         "excess": excess, "excess_percent": round(100.0 * excess / median, 3) if median > 0 else None,
-        "comm_wait": None, "mirrored": None, "line": None,
+        "comm_wait": None, "mirrored": None, "line": None, "left_out": left_out,
     }
     if comm.any():
         wait = int(np.median(comm[others]) - comm[s])
@@ -264,7 +299,7 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     # comm wait estimated on a line where the host did not block (an NCCL call returns at once;
     # the host waits later, at a sync) would make it negative there, and every other rank's
     # line look slower.
-    lines = np.maximum(m[:-1], 0)
+    lines = np.maximum(m[:-1][:, keep], 0)
     if len(lines):
         line_excess = lines[:, s] - lines[:, others].max(axis=1)
         g = int(np.argmax(line_excess))
@@ -274,3 +309,9 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
                            "excess": int(line_excess[g]),
                            "per_rank": {str(r): int(v) for r, v in zip(ranks, lines[g])}}
     return out
+
+
+def left_out_text(ranks: Sequence[int]) -> str:
+    """`rank 1 has no GPU activity; left out of the straggler rule` (or `ranks 1, 3 have ...`)."""
+    who = f"rank {ranks[0]} has" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} have"
+    return f"{who} no GPU activity; left out of the straggler rule"

@@ -5,6 +5,7 @@ Valid oddities: they work."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import sqlite3
 import subprocess
@@ -34,13 +35,26 @@ BAD_FILES = {
     "binary.json": bytes(range(256)) * 10,
     "garbage.dlpt": b"\x00\x01garbage" * 100,
     "fake-sqlite.dlpt": b"SQLite format 3\x00" + b"\x00" * 200,
+    # C's spelling of NaN: not JSON of any dialect.
+    "c-nan.json": _events([]).replace(b'"dur": ', b'"dur": nan, "x": ', 1),
 }
+
+NAN = float("nan")
+# Python's json.dump writes NaN, Infinity and -Infinity; so do tools built on it.
+NONFINITE = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": NAN, "dur": 1.0},
+             {"ph": "X", "cat": "kernel", "name": "check_NaN, NaN, [inf, 1]", "pid": 0, "tid": 7, "ts": 1.0,
+              "dur": float("inf")},
+             {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": float("-inf"), "dur": 2.0},
+             {"ph": "X", "cat": "cpu_op", "name": "NaN: [NaN, Infinity]", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
+              "args": {"Sequence number": NAN, "correlation": float("inf")}}]
 
 SURVIVABLE = {
     # Wrong types and missing fields in some events of a good trace.
     "wrong-types.json": _events([{"ph": "X", "cat": "kernel", "name": "k", "ts": "soon", "dur": 1},
                                  {"ph": "X", "cat": "cpu_op", "name": ["x"], "ts": 1.0, "dur": 2.0},
                                  {"ph": "X", "cat": "kernel", "name": "neg", "ts": 1.0, "dur": -5.0}]),
+    # NaN and Infinity (not JSON): read as missing; the three events whose time is one are skipped.
+    "nonfinite.json": _events(NONFINITE),
 }
 
 ODD_BUT_VALID = {
@@ -55,6 +69,10 @@ ODD_BUT_VALID = {
     ]),
     "utf16.json": json.dumps(GOOD).encode("utf-16"),
     "bom.json": b"\xef\xbb\xbf" + json.dumps(GOOD).encode(),
+    # The Chrome trace format's array form: the events alone, the closing bracket optional.
+    "array.json": json.dumps(GOOD["traceEvents"]).encode(),
+    "array-open.json": json.dumps(GOOD["traceEvents"]).encode()[:-1] + b",\n",
+    "array.json.gz": gzip.compress(json.dumps(GOOD["traceEvents"], indent=1).encode()),
 }
 
 COMMANDS = [
@@ -145,3 +163,55 @@ def test_foreign_and_newer_databases(tmp_path):
 def test_unwritable_output(tmp_path):
     r = dlpt("export", str(trace_path("threaded")), "-o", str(tmp_path / "no" / "such" / "dir" / "h.json"))
     assert r.returncode == 2 and r.stderr.startswith("dlpt: ") and "no such directory" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["array.json", "array-open.json", "array.json.gz"])
+def test_the_array_form_reads_as_the_object_form(tmp_path, name):
+    args = ("--format", "json", "--view", "flat", "--by", "kernel", "--top", "0")
+    want = dlpt("report", str(_write(tmp_path, "object.json", json.dumps(GOOD).encode())), *args)
+    got = dlpt("report", str(_write(tmp_path, name, ODD_BUT_VALID[name])), *args)
+    assert got.returncode == 0 and got.stderr == "", got.stderr
+    assert json.loads(got.stdout)["rows"] == json.loads(want.stdout)["rows"]
+
+
+def test_the_array_form_reads_in_slices(tmp_path, monkeypatch):
+    from dlpt.collectors.kineto import import_traces
+
+    decode_mod = importlib.import_module("dlpt.collectors.kineto.decode")
+    p = _write(tmp_path, "big.json", json.dumps(raw_events("gpt_train")).encode())
+    whole = import_traces(str(p))
+    monkeypatch.setattr(decode_mod, "CHUNK_BYTES", 20_000)
+    assert decode_mod.decode_chunks(str(p)) is not None
+    sliced = import_traces(str(p))
+    assert (whole.cct.exclusive == sliced.cct.exclusive).all() and whole.frames == sliced.frames
+    assert whole.cct.exclusive[:, 0].sum() > 0
+
+
+def test_nan_and_infinity_are_read_as_missing(tmp_path, monkeypatch):
+    p = _write(tmp_path, "nonfinite.json", SURVIVABLE["nonfinite.json"])
+    r = dlpt("report", str(p), "--view", "flat", "--by", "op", "--metric", "cpu_time", "--top", "0")
+    assert r.returncode == 0, r.stderr
+    first = SURVIVABLE["nonfinite.json"].index(b'"ts": NaN') + len('"ts": ')
+    assert (f"dlpt: warning: {p}: 5 NaN/Infinity values (first at byte {first:,} of its JSON), which JSON does "
+            "not allow, read as missing; an event whose time or duration was one is skipped") in r.stderr
+    assert "skipped 3 malformed events" in r.stderr
+    assert "NaN: [NaN, Infinity]" in r.stdout  # the same letters inside a string are left alone
+    # A large trace read a slice at a time says the same.
+    from dlpt.collectors.kineto import import_traces
+
+    decode_mod = importlib.import_module("dlpt.collectors.kineto.decode")
+    whole = import_traces(str(p))
+    monkeypatch.setattr(decode_mod, "CHUNK_BYTES", 2000)
+    assert decode_mod.decode_chunks(str(p)) is not None
+    sliced = import_traces(str(p))
+    assert (whole.meta["nonfinite"], whole.meta["nonfinite_at"]) == (5, first)
+    assert (sliced.meta["nonfinite"], sliced.meta["nonfinite_at"]) == (5, first)
+    assert (whole.cct.exclusive.sum(axis=0) == sliced.cct.exclusive.sum(axis=0)).all()
+
+
+def test_a_nan_dlpt_cannot_read_is_named(tmp_path):
+    r = dlpt("report", str(_write(tmp_path, "c-nan.json", BAD_FILES["c-nan.json"])))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    at = BAD_FILES["c-nan.json"].index(b"nan,")
+    assert f"c-nan.json: holds nan at byte {at:,} of its JSON; JSON has no NaN or Infinity" in r.stderr
+    assert "re-export the trace, or replace them with null" in r.stderr

@@ -29,7 +29,8 @@ def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None, path: str = "") -> object:
+def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None, path: str = "",
+                world: int = 2) -> object:
     """A profile of `train.py` lines, each launching (kernel name, ns) kernels, built by the
     shared `build_profile` (so comm_time is computed the way every profile gets it)."""
     frames = FrameTable()
@@ -43,7 +44,7 @@ def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None
             for col, v in (("node", leaf), ("kind", KERNEL), ("name", fid), ("device", 0), ("stream", 7),
                            ("start", 0), ("duration", ns), ("nbytes", 0)):
                 getattr(out, col).append(v)
-    meta = {"source": "kineto"} if rank is None else {"source": "kineto", "rank": rank, "world_size": 2}
+    meta = {"source": "kineto"} if rank is None else {"source": "kineto", "rank": rank, "world_size": world}
     prof = build_profile(b, frames, out, meta)
     prof.path = path
     return prof
@@ -75,6 +76,11 @@ def test_rank_info_from_the_environment(monkeypatch):
     info = rank_info()
     assert (info["rank"], info["world_size"]) == (0, 1)
     assert ".rank" not in default_output("train", info)
+    # torchrun's run id names the run (dlpt/runs.py); its default, "none", names nothing.
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "5f0c")
+    assert rank_info()["run_id"] == "5f0c"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    assert "run_id" not in rank_info()
 
 
 def test_collective_names():
@@ -83,8 +89,8 @@ def test_collective_names():
 
 
 def test_merge_sums_ranks_keeps_preorder_and_activities():
-    a = gpu_profile({10: [("gemm", 500), (AR, 900)], 20: [("relu", 100)]}, rank=0, path="a")
-    b = gpu_profile({10: [("gemm", 1400), (AR, 50)], 30: [("copy_kernel", 70)]}, rank=1, path="b")
+    a = gpu_profile({10: [("gemm", 500), (AR, 900)], 20: [("relu", 100)]}, rank=0, path="a", world=3)
+    b = gpu_profile({10: [("gemm", 1400), (AR, 50)], 30: [("copy_kernel", 70)]}, rank=1, path="b", world=3)
     m = merge_profiles([b, a])  # given out of order: the tree reads rank 0, rank 1
     assert [r for r, _ in rank_nodes(m)] == [0, 1]
     np.testing.assert_array_equal(m.cct.exclusive.sum(axis=0), a.cct.exclusive.sum(axis=0) + b.cct.exclusive.sum(axis=0))
@@ -98,7 +104,7 @@ def test_merge_sums_ranks_keeps_preorder_and_activities():
         assert m.frames[m.activities.name[i]] == m.frame_of(int(m.activities.node[i]))
     assert len(m.frames) == len(set(m.frames))  # frames interned once across ranks
     # A merged profile merged again keeps its rank nodes instead of nesting them.
-    c = gpu_profile({40: [("gemm", 10)]}, rank=2, path="c")
+    c = gpu_profile({40: [("gemm", 10)]}, rank=2, path="c", world=3)
     mm = merge_profiles([m, c])
     assert [r for r, _ in rank_nodes(mm)] == [0, 1, 2]
     assert mm.cct.exclusive.sum() == m.cct.exclusive.sum() + c.cct.exclusive.sum()
@@ -213,7 +219,10 @@ def test_reading_commands_take_several_profiles_and_a_directory(tmp_path):
 
 def test_kineto_traces_merge_the_same_way(tmp_path):
     one = open_profile(str(trace_path("copies")))
-    two = open_profiles([str(trace_path("copies")), str(trace_path("copies"))])
+    # One trace twice is one process twice, not two ranks: merged only when asked to.
+    with pytest.raises(DlptError, match="one process.*--as-ranks"):
+        open_profiles([str(trace_path("copies")), str(trace_path("copies"))])
+    two = open_profiles([str(trace_path("copies")), str(trace_path("copies"))], as_ranks=True)
     assert len(rank_nodes(two)) == 2
     np.testing.assert_array_equal(two.cct.exclusive.sum(axis=0), 2 * one.cct.exclusive.sum(axis=0))
 

@@ -17,7 +17,7 @@ from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column
 from dlpt.profile import Profile, default_metric
-from dlpt.ranks import rank_totals, rank_values, straggler
+from dlpt.ranks import rank_totals, rank_values, ranks_without_gpu, straggler
 from dlpt.scope import Scope
 from dlpt.views import flat, node_flags
 from dlpt.waits import memory_peak, waits
@@ -101,11 +101,16 @@ def _rank_summary(profile: Profile, metric: str, t: Any = us, val: Any = None) -
         row[metric] = val(r[metric])
         ranks.append(row)
     v = straggler(profile, metric)
-    assert v is not None
+    if v is None:
+        # Fewer than two ranks take part (the others have no GPU activity in a GPU metric): no
+        # verdict, said in the verdict's own shape.
+        return {"ranks": ranks, "straggler": {
+            "rank": None, "straggler": False, "excess": None, "excess_percent": None, "mirrored": None,
+            "comm_wait": None, "line": None, "left_out": ranks_without_gpu(profile, metric)}}
     verdict = {"rank": v["rank"], "straggler": v["straggler"], "excess": val(v["excess"]),
                "excess_percent": v["excess_percent"], "mirrored": v["mirrored"],
                "comm_wait": t(v["comm_wait"]) if v["comm_wait"] is not None else None,
-               "line": None}
+               "line": None, "left_out": v["left_out"]}
     if v["line"]:
         ln = v["line"]
         verdict["line"] = {"file": ln["file"], "line": ln["line"], "function": ln["function"],

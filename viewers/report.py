@@ -11,7 +11,7 @@ import numpy as np
 from dlpt.findings import findings
 from dlpt.frames import Frame, short_path
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, fmt_bytes, metric_column, metric_unit
-from dlpt.profile import Profile
+from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.hotspots import summary
@@ -57,7 +57,10 @@ def header(profile: Profile, metric: str) -> list[str]:
         # A --steps window: every figure below covers those steps only.
         lines[0] += f" · steps {steps[0]}–{steps[1] - 1} (--steps {steps[0]}:{steps[1]})"
     split = " · ".join(f"{k.label} {fmt_time(tot[COL[k.time]])}" for k in KIND_BREAKDOWN if tot[COL[k.time]])
-    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else " (no GPU activity in this profile)"))
+    unknown = unknown_device_events(profile)
+    none = (f" (no GPU activity that dlpt reads in this profile; {unknown_device_text(unknown)})" if unknown
+            else " (no GPU activity in this profile)")
+    lines.append(f"GPU time {fmt_time(gpu)}" + (f": {split}" if split else none))
     if tot[COL["cpu_time"]]:
         lines.append(f"host op time {fmt_time(tot[COL['cpu_time']])}")
     lines += wait_lines(profile) + memory_lines(profile)
@@ -163,7 +166,7 @@ def compile_lines(profile: Profile) -> list[str]:
 def rank_lines(profile: Profile, metric: str) -> list[str]:
     """Several ranks: each rank's total and communication share, and the straggler verdict
     (dlpt.ranks.straggler says the rule)."""
-    from dlpt.ranks import STRAGGLER_MIN_SHARE, rank_totals, straggler
+    from dlpt.ranks import STRAGGLER_MIN_SHARE, left_out_text, rank_totals, ranks_without_gpu, straggler
 
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
@@ -174,6 +177,9 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
 
     lines = [f"{len(totals)} ranks, {metric} per rank: "
              + " · ".join(f"rank {t['rank']} {fmt_metric(metric, t[metric])}{comm(t)}" for t in totals)]
+    left_out = ranks_without_gpu(profile, metric)
+    if left_out and len(left_out) < len(totals):
+        lines.append(left_out_text(left_out))
     v = straggler(profile, metric)
     if v is None or not any(v["compute"].values()):
         return lines  # nothing computed in this metric: no rank is slower than another

@@ -7,8 +7,8 @@ import os
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
-from dlpt.collectors.kineto.columns import Columns
-from dlpt.collectors.kineto.decode import Trace, Unsplittable, decode, decode_chunks, trace_files
+from dlpt.collectors.kineto.columns import Columns, unknown_device_events
+from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
 from dlpt.frames import Frame, FrameTable
@@ -61,10 +61,22 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
                                "command": "", "traces": [f]}
     if progress:
         progress(f"reading {os.path.basename(f)}", k, n)
-    trace, cols = _read(f)
+    notes: dict[str, int] = {}
+    trace, cols = _read(f, notes)
+    meta.update(notes)  # NaN and Infinity read as missing (nonfinite.py): how many, and where
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
-    if isinstance(rank, int):
+    if isinstance(rank, int) and not isinstance(rank, bool):
         meta["rank"] = rank
+    # The host process: two traces of one process are not two ranks (dlpt/runs.py).
+    pids = sorted({pid for pid, _ in cols.thread_ids if as_int(pid) >= 0})
+    if pids:
+        meta["host_pids"] = pids
+    unknown = unknown_device_events(cols)
+    if unknown:
+        meta["unknown_device_events"] = unknown
+    window = _wall_window(as_int(trace.baseTimeNanoseconds, 0), cols)
+    if window is not None:
+        meta["wall_window"] = window
     link_columns(trace, cols, builder, frames, 0, out, meta)
     add_meta(meta, cols.memory)  # memory and its timeline, from `[memory]` events
     del cols
@@ -84,10 +96,24 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     return build_profile(builder, frames, out, meta)
 
 
-def _read(path: str) -> tuple[Trace, Columns]:
+# Wall-clock times from before this are no wall clock: a trace with no `baseTimeNanoseconds`
+# whose timestamps count from some other origin (a synthetic one, an old tool's).
+_EPOCH_2001_NS = 10**18
+
+
+def _wall_window(base: int, cols: Columns) -> dict[str, int] | None:
+    """{start, end}: when the trace's first event began and its last ended, in ns since the Unix
+    epoch. Kineto writes times relative to `baseTimeNanoseconds` (the wall clock floored to a
+    quarter year, the same on every rank), and wrote them absolute before it had one."""
+    if cols.first is None or cols.last is None or base + cols.first < _EPOCH_2001_NS:
+        return None
+    return {"start": base + cols.first, "end": base + cols.last}
+
+
+def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns; large files a slice
     at a time (decode.py), so that the decoded events of only one slice are alive at once."""
-    sliced = decode_chunks(path)
+    sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
         meta, slices = sliced
         cols = Columns()
@@ -96,8 +122,8 @@ def _read(path: str) -> tuple[Trace, Columns]:
                 cols.add(events)
             return meta, cols
         except Unsplittable:
-            pass
-    trace = decode(path)
+            notes.clear()  # read again, whole
+    trace = decode(path, notes)
     cols = Columns()
     cols.add(trace.traceEvents)
     trace.traceEvents = []  # the columns hold what linking needs

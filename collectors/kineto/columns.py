@@ -3,6 +3,7 @@ names sorted into columns (times as integer nanoseconds), which link.py then lin
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import repeat
 from operator import attrgetter
 
@@ -80,6 +81,16 @@ class Columns:
         self.skipped = 0
         self._names: dict[str, str] = {}  # one str object per distinct name
         self.memory = MemoryEvents()  # the allocator's `[memory]` events (profile_memory)
+        # What tells device rows from host rows (`unknown_device_events`): complete events of
+        # kinds the linker does not read, by (pid, category); the pids of GPU events; Kineto's
+        # process labels.
+        self.unknown: Counter[tuple[object, str]] = Counter()
+        self.gpu_pids: set[object] = set()
+        self.labels: dict[object, str] = {}
+        # The first start and last end of any span or GPU event read (ns, the trace's own clock):
+        # when the trace was taken, which tells ranks of one run from different runs (dlpt/runs.py).
+        self.first: int | None = None
+        self.last: int | None = None
 
     def add(self, events: list) -> None:
         n_ev = len(events)
@@ -92,6 +103,13 @@ class Columns:
         d, ok_d = _ns_column([e.dur for e in sub])
         ok = ok_s & ok_d & (d >= 0)
         self.skipped += len(sub) - int(ok.sum())
+        if ok.any():
+            lo, hi = int(s[ok].min()), int((s + d)[ok].max())
+            self.first = lo if self.first is None else min(self.first, lo)
+            self.last = hi if self.last is None else max(self.last, hi)
+        u_idx = np.flatnonzero((ph == _PH_X) & (cat == 0))
+        if len(u_idx):
+            self.unknown.update([(events[i].pid, events[i].cat) for i in u_idx.tolist()])
         ccat = cat[cand]
         h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
         hsub = [sub[i] for i in h_idx.tolist()]
@@ -144,6 +162,7 @@ class Columns:
         # --- GPU events ---
         gpu = self.gpu
         g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
+        self.gpu_pids.update([sub[j].pid for j in g_idx])
         for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
             e = sub[j]
             a = e.args
@@ -163,6 +182,8 @@ class Columns:
             e = events[i]
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
+            elif e.name == "process_labels" and e.args is not None and isinstance(e.args.labels, str):
+                self.labels[e.pid] = e.args.labels.strip()
         self.memory.add(events)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -171,3 +192,39 @@ class Columns:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
         return cat(self.kind), cat(self.thread), cat(self.start), cat(self.end), cat(self.seq)
+
+
+# Kinds that sit on a device's rows in real traces but are not work of the device's own:
+# annotation ranges drawn over the kernels (`gpu_user_annotation`, the GPU side of
+# `record_function`), CUPTI's synchronization records (`cuda_sync`: time a stream or the host
+# waited) and the profiler's own range marker. dlpt knows them and has nothing to count in them.
+KNOWN_DEVICE_CATS = frozenset({"gpu_user_annotation", "cuda_sync", "cuda_profiler_range"})
+
+
+def unknown_device_events(cols: Columns) -> dict[str, int]:
+    """{category: count} of the complete events of kinds dlpt does not read that sit on a
+    device's row, most first: what a trace of hardware dlpt does not know (MTIA's categories,
+    a newer profiler's) holds instead of `kernel`, which would otherwise vanish silently.
+
+    A row (pid) is a device's when Kineto's `process_labels` names it so (anything but "CPU";
+    Kineto writes "GPU N"); without a label, when it holds GPU events dlpt reads, and else when
+    it holds none of the host spans (Python, ops, runtime calls) and its pid is a device number
+    (an int >= 0), as Kineto numbers device rows. Unknown kinds on host rows (a newer profiler's
+    CPU-side categories, user annotations of other tools), on Kineto's string-named rows
+    ("Spans", "Traces") and at pid -1 (its `overhead` events) are not the device's work and are
+    passed over quietly."""
+    host = {k[0] for k in cols.thread_ids}
+
+    def device(pid: object) -> bool:
+        label = cols.labels.get(pid)
+        if label:
+            return not label.upper().startswith("CPU")
+        if pid in cols.gpu_pids:
+            return True
+        return pid not in host and isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0
+
+    out: Counter[str] = Counter()
+    for (pid, cat), n in cols.unknown.items():
+        if cat and cat not in KNOWN_DEVICE_CATS and device(pid):
+            out[cat] += n
+    return dict(out.most_common())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from dlpt.collectors.kineto.nonfinite import nonfinite_at, nonfinite_error, quote_nonfinite
 from dlpt.errors import DlptError
 from dlpt.metrics import KERNEL, MEMCPY_OTHER, MEMSET
 
@@ -39,6 +40,9 @@ class Args(msgspec.Struct, gc=False):
     device_id: int = msgspec.field(name="Device Id", default=-1)
     total_allocated: int = msgspec.field(name="Total Allocated", default=-1)
     total_reserved: int = msgspec.field(name="Total Reserved", default=-1)
+    # A `process_labels` metadata event's: Kineto labels each process row "CPU" or "GPU N"
+    # (columns.py tells device rows from host rows by it).
+    labels: str | None = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -110,6 +114,9 @@ class _LenientTrace(_TraceHeader, kw_only=True):
 _decoder = msgspec.json.Decoder(Trace)
 _lenient_decoder = msgspec.json.Decoder(_LenientTrace)
 _args_decoder = msgspec.json.Decoder(_LenientArgs)
+# A list of events: a slice of a large trace, or a trace in the JSON-array form.
+_events_decoder = msgspec.json.Decoder(list[Event])
+_lenient_events_decoder = msgspec.json.Decoder(list[_LenientEvent])
 
 # Categories whose events the linker reads. Host span kinds, in the order that breaks ties of
 # equal start and end: the outer one first.
@@ -191,7 +198,21 @@ def _clean(e: _LenientEvent) -> Event | None:
         if a is None or not isinstance(a.name, str) or not (_hashable(e.pid) and _hashable(e.tid)):
             return None
         return Event(ph=ph, name="thread_name", pid=e.pid, tid=e.tid, args=Args(name=a.name))
+    if ph == "M" and e.name == "process_labels":
+        a = _args(e.args)
+        if a is None or not isinstance(a.labels, str) or not _pid(e.pid):
+            return None
+        return Event(ph=ph, name="process_labels", pid=e.pid, args=Args(labels=a.labels))
+    if ph == "X" and _pid(e.pid):
+        # A kind the linker does not read: kept (pid and category only) so that columns.py can
+        # count it when it sits on a device's row, as it does after a strict decode.
+        return Event(ph=ph, cat=cat, pid=e.pid)
     return None
+
+
+def _pid(x: object) -> bool:
+    """A pid the strict `Event` could hold."""
+    return isinstance(x, (int, str)) and not isinstance(x, bool)
 
 
 def _clean_memory(e: _LenientEvent) -> Event | None:
@@ -245,25 +266,75 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
-def decode(path: str) -> Trace:
+def _decode_events(data: bytes | bytearray) -> list[Event]:
+    """A JSON list of events: strictly, else field by field (`_clean`)."""
+    try:
+        return _events_decoder.decode(data)
+    except msgspec.ValidationError:
+        return [c for c in map(_clean, _lenient_events_decoder.decode(data)) if c is not None]
+
+
+def _is_array(data: bytes) -> bool:
+    """Is this the JSON-array form of the Chrome trace format (a bare list of events)?"""
+    return data.lstrip()[:1] == b"["
+
+
+def _decode_array(data: bytes) -> Trace:
+    """The array form: `[{event}, {event}, ...]`, with no metadata around the events. The
+    format lets a writer that was stopped leave out the closing `]`, so one is added then."""
+    try:
+        events = _decode_events(data)
+    except msgspec.DecodeError:
+        body = data.rstrip()
+        if body.endswith(b"]"):
+            raise
+        try:
+            return _decode_array(body.rstrip(b",") + b"]")
+        except msgspec.DecodeError:
+            pass
+        raise
+    return Trace(traceEvents=events)
+
+
+def _decode_bytes(data: bytes) -> Trace:
+    if _is_array(data):
+        return _decode_array(data)
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError:
+        # One odd value anywhere fails the strict decode of the whole file: read it again,
+        # field by field, keeping what the linker can use.
+        return _decode_lenient(data)
+
+
+def decode(path: str, notes: dict[str, int] | None = None) -> Trace:
+    """The trace at `path`, whole. NaN and Infinity, which JSON has no place for, are read as
+    missing values (nonfinite.py says why); `notes`, when given, gets how many there were
+    (`nonfinite`) and the byte of the first (`nonfinite_at`)."""
     data = read_bytes(path)
     try:
         try:
-            trace = _decoder.decode(data)
-        except msgspec.ValidationError:
-            # One odd value anywhere fails the strict decode of the whole file: read it again,
-            # field by field, keeping what the linker can use.
-            trace = _decode_lenient(data)
+            return _decode_bytes(data)
+        except msgspec.DecodeError as e:
+            at = nonfinite_at(data, e)
+            if at is None:
+                raise
+            fixed = quote_nonfinite(data)
+            if fixed is None:
+                raise DlptError(nonfinite_error(path, *at)) from None
+            trace = _decode_bytes(fixed[0])
+            if notes is not None:
+                notes.update(nonfinite=fixed[1], nonfinite_at=at[0])
+            return trace
     except msgspec.ValidationError as e:
         raise DlptError(f"{path}: not a Kineto trace ({e}); expected a JSON object with "
-                        "'traceEvents' as written by torch.profiler") from None
+                        "'traceEvents' as written by torch.profiler, or a JSON array of trace events") from None
     except msgspec.DecodeError as e:
         what = "cut short" if "truncated" in str(e).lower() else f"not valid JSON ({e})"
         raise DlptError(f"{path}: the trace is {what}; re-export it from torch.profiler") from None
     except UnicodeDecodeError as e:
         raise DlptError(f"{path}: the trace is not UTF-8 text ({e.reason} at byte {e.start}); "
                         "expected JSON from torch.profiler") from None
-    return trace
 
 
 # --- reading a large trace a slice of events at a time ---
@@ -276,8 +347,6 @@ def decode(path: str) -> Trace:
 CHUNK_BYTES = 1 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
-_events_decoder = msgspec.json.Decoder(list[Event])
-_lenient_events_decoder = msgspec.json.Decoder(list[_LenientEvent])
 
 
 class Unsplittable(Exception):
@@ -285,7 +354,8 @@ class Unsplittable(Exception):
     wrong with it, if anything."""
 
 
-def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
+def decode_chunks(path: str, chunk_bytes: int | None = None,
+                  notes: dict[str, int] | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
     """(the trace without its events, the events a slice at a time), or None when the file is
     small or not laid out as expected. The iterator raises `Unsplittable` when a slice does not
     decode; the caller then starts again with `decode`.
@@ -297,6 +367,13 @@ def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Ite
     data = read_bytes(path)
     if len(data) < 2 * chunk_bytes:
         return None
+    if _is_array(data):
+        # The array form: the events are the whole file, and there is no metadata to read.
+        first = data.index(b"[") + 1
+        close = data.rfind(b"]")
+        if close < first or data[close + 1:].strip():
+            return None  # no closing bracket (allowed in this form): read whole, which adds one
+        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes, notes)
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
@@ -321,10 +398,29 @@ def decode_chunks(path: str, chunk_bytes: int | None = None) -> tuple[Trace, Ite
         meta = None
     if meta is None:
         return None
-    return meta, _slices(data, first, close, chunk_bytes)
+    return meta, _slices(data, first, close, chunk_bytes, notes)
 
 
-def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Event]]:
+def _decode_slice(buf: bytearray, offset: int, notes: dict[str, int] | None) -> list[Event]:
+    """The events of one slice (`buf`, a JSON list whose byte 1 is byte `offset` + 1 of the
+    file). NaN and Infinity are read as missing in this slice alone (nonfinite.py), so the file
+    is not read whole for them; `notes` adds up how many, and where the first was."""
+    try:
+        return _decode_events(buf)
+    except msgspec.DecodeError as e:
+        at = nonfinite_at(buf, e)
+        fixed = quote_nonfinite(buf) if at is not None else None
+        if at is None or fixed is None:
+            raise
+        events = _decode_events(fixed[0])
+        if notes is not None:
+            notes.setdefault("nonfinite_at", offset + at[0])
+            notes["nonfinite"] = notes.get("nonfinite", 0) + fixed[1]
+        return events
+
+
+def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int,
+            notes: dict[str, int] | None = None) -> Iterator[list[Event]]:
     view = memoryview(data)
     cur = lo
     while cur < hi:
@@ -337,10 +433,7 @@ def _slices(data: bytes, lo: int, hi: int, chunk_bytes: int) -> Iterator[list[Ev
         buf += view[cur:end]
         buf += b"]"
         try:
-            try:
-                events = _events_decoder.decode(buf)
-            except msgspec.ValidationError:
-                events = [c for c in map(_clean, _lenient_events_decoder.decode(buf)) if c is not None]
+            events = _decode_slice(buf, cur - 1, notes)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             raise Unsplittable() from None
         del buf

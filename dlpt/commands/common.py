@@ -6,7 +6,7 @@ import argparse
 
 from dlpt.errors import notice
 from dlpt.metrics import METRICS
-from dlpt.profile import Profile, default_metric
+from dlpt.profile import Profile, default_metric, unknown_device_events, unknown_device_text
 
 
 def add_metric(p: argparse.ArgumentParser) -> None:
@@ -23,10 +23,15 @@ def choose_metric(metric: str | None, *profiles: Profile) -> str:
     if metric:
         return metric
     chosen = default_metric(*profiles)
+    # Device events of kinds dlpt does not read are the likely reason for "no GPU activity":
+    # say so here, where the user learns that there is none.
+    unknown = unknown_device_events(*profiles)
+    none = (f"no GPU activity that dlpt reads in this profile ({unknown_device_text(unknown)})" if unknown
+            else "no GPU activity in this profile")
     if chosen == "cpu_time":
-        notice("no GPU activity in this profile; showing host op time (--metric cpu_time)")
+        notice(f"{none}; showing host op time (--metric cpu_time)")
     elif chosen == "host_time":
-        notice("no GPU activity in this profile; showing the host's time on each line (--metric host_time)")
+        notice(f"{none}; showing the host's time on each line (--metric host_time)")
     return chosen
 
 
@@ -35,6 +40,14 @@ def add_inputs(p: argparse.ArgumentParser) -> None:
                    help="a .dlpt profile, a Kineto trace, or a directory of them; several (one per "
                    "rank) are merged, each rank's tree under a `rank N` node")
     add_rank(p)
+    add_as_ranks(p)
+
+
+def add_as_ranks(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--as-ranks", action="store_true",
+                   help="merge several inputs as ranks 0..N-1 in the order given, even where they do "
+                   "not look like the ranks of one run (the same rank twice, different world sizes or "
+                   "run ids, one process, or profiled seconds or more apart), which is refused otherwise")
 
 
 def add_rank(p: argparse.ArgumentParser) -> None:

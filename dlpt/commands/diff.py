@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_compile, add_library, add_metric, add_rank, choose_metric, positive_int
+from dlpt.commands.common import (
+    add_as_ranks,
+    add_compile,
+    add_library,
+    add_metric,
+    add_rank,
+    choose_metric,
+    positive_int,
+)
 from dlpt.output import write_json, write_output
 from dlpt.scope import Scope
 
@@ -33,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "its ranks' profiles (merged)")
     p.add_argument("after", metavar="B", help="the second profile, or a directory of its ranks' profiles")
     add_rank(p)
+    add_as_ranks(p)
     p.add_argument("--by", "-b", default="line", choices=GROUPINGS, help="what to compare (default: line)")
     add_metric(p)
     p.add_argument("--top", "-n", type=positive_int, default=20, help="rows to show; 0 for all (default: 20)")
@@ -49,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.loader import open_profiles
     from dlpt.viewers.diff import diff_json, render_text
 
-    a = open_profiles([args.before], args.rank)
-    b = open_profiles([args.after], args.rank)
+    a = open_profiles([args.before], args.rank, as_ranks=args.as_ranks)
+    b = open_profiles([args.after], args.rank, as_ranks=args.as_ranks)
     d = diff_profiles(a, b, by=args.by, metric=choose_metric(args.metric, a, b),
                       scope=Scope(args.include_library, args.include_compile))
     if args.format == "html":

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.exporters import ExportOptions, get_exporter
 
     exporter = get_exporter(args.format)
-    prof = open_profiles(args.profile, args.rank)
+    prof = open_profiles(args.profile, args.rank, as_ranks=args.as_ranks)
     opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library,
                          include_compile=args.include_compile)
     write_output(args.output, lambda f: exporter.export(prof, f, opts))

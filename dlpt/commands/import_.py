@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from dlpt.commands.common import add_as_ranks
 from dlpt.errors import DlptError, notice
 
 EPILOG = """\
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="the .dlpt profile to write (written whole or not at all; see --force)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    add_as_ranks(p)
     p.set_defaults(func=run)
 
 
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.output) and not args.force:
         raise DlptError(f"{args.output} exists; pass --force to overwrite it")
     with progress_for(None) as prog:
-        prof = open_profiles(args.traces, progress=prog)
+        prof = open_profiles(args.traces, progress=prog, as_ranks=args.as_ranks)
     roots = [os.path.dirname(os.path.abspath(t)) for t in args.traces] + [os.getcwd()]
     prof.sources.update(snapshot_sources(prof, roots))
     save(prof, args.output, force=args.force)

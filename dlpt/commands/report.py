@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     # torch.compile's work: apart from the flat ranking unless asked for; trees keep it in place.
     scope = Scope(args.include_library, args.include_compile)
-    prof = (scope if args.view == "flat" else scope.for_trees()).apply(open_profiles(args.profile, args.rank))
+    opened = open_profiles(args.profile, args.rank, as_ranks=args.as_ranks)
+    prof = (scope if args.view == "flat" else scope.for_trees()).apply(opened)
     metric = choose_metric(args.metric, prof)
     top = args.top if args.top is not None else (20 if args.view == "flat" else None)
     minp = args.min_percent if args.min_percent is not None else (0.0 if args.view == "flat" else 0.5)

@@ -47,4 +47,5 @@ def run(args: argparse.Namespace) -> int:
     # textual is imported only when the TUI runs, so the other commands start fast.
     from dlpt.viewers.tui import run_app
 
-    return run_app(args.profile, include_library=args.include_library, metric=args.metric, rank=args.rank)
+    return run_app(args.profile, include_library=args.include_library, metric=args.metric, rank=args.rank,
+                   as_ranks=args.as_ranks)

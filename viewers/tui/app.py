@@ -77,7 +77,8 @@ class DlptApp(App[int]):
     VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if isinstance(b, Binding) and b.action.startswith("view(")]
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
-                 include_library: bool = False, metric: str | None = None, rank: int | None = None) -> None:
+                 include_library: bool = False, metric: str | None = None, rank: int | None = None,
+                 as_ranks: bool = False) -> None:
         super().__init__()
         if not path and profile is None:
             raise ValueError("DlptApp needs a path or a profile")
@@ -85,6 +86,7 @@ class DlptApp(App[int]):
         self.paths = [path] if isinstance(path, str) else list(path or [])
         self.path = " ".join(self.paths) or None
         self.rank = rank
+        self.as_ranks = as_ranks  # merge several paths as ranks whatever they record (dlpt/runs.py)
         self.base = profile
         self.include_library = include_library
         # None until the profile is read: then the model's default (`default_metric`).
@@ -188,7 +190,7 @@ class DlptApp(App[int]):
                     pct = f" {100 * done // total}%" if total else ""
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
-            self.base = open_profiles(self.paths, self.rank, progress=progress)
+            self.base = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
         if not self.metric:
             self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
@@ -479,12 +481,12 @@ class DlptApp(App[int]):
 
 
 def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,
-            rank: int | None = None) -> int:
+            rank: int | None = None, as_ranks: bool = False) -> int:
     """Run the TUI on `path` (or several, merged); raise DlptError when it cannot be opened."""
     for p in [path] if isinstance(path, str) else path:
         if not os.path.exists(p):
             raise DlptError(f"{p}: no such file or directory")
-    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank)
+    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank, as_ranks=as_ranks)
     rc = app.run()
     if app.error:
         raise DlptError(app.error)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from dlpt.metrics import KIND_BREAKDOWN
-from dlpt.profile import Profile
+from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.viewers.format import fmt_time, safe_text
 from dlpt.viewers.report import memory_lines, wait_lines
 from dlpt.viewers.tui.panedata import device_names, kind_totals, program_name
@@ -47,7 +47,10 @@ def render_header(prof: Profile | None, path: str | None, view_keys: list[tuple[
         t.append(f"GPU {fmt_time(tot['gpu_time'])}", style="bold")
         t.append(": " + " · ".join(f"{k.label} {fmt_time(tot[k.time])}" for k in KIND_BREAKDOWN if tot[k.time]))
     else:
-        t.append("no GPU activity in this profile", style="bold")
+        unknown = unknown_device_events(prof)
+        t.append("no GPU activity" + (" that dlpt reads" if unknown else "") + " in this profile", style="bold")
+        if unknown:
+            t.append(f" ({unknown_device_text(unknown)})")
     if tot["cpu_time"]:
         t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
     t.append("\n")
