@@ -15,8 +15,8 @@ What the inputs record, and how much each tells:
   which their collectives hold in step, so their profiled windows overlap; separate runs
   follow one another, seconds apart at the least (a new process imports torch and starts its
   GPU first). A trace's window is its first and last event (`baseTimeNanoseconds` + `ts`), a
-  recording's its wall-clock window, or for profiles recorded before dlpt kept that, the time
-  the recording started.
+  recording's its start in the wall clock (`start_time`) and its window's length (`window`,
+  steady clock), or where it has no window, the time the recording started.
 
 What is not used: the recorded command, which differs between the ranks of one run under
 launchers that pass each rank its own arguments (torch.distributed.launch and DeepSpeed add
@@ -73,6 +73,11 @@ def _window(meta: dict[str, Any]) -> tuple[tuple[int, int] | None, bool]:
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
         ns = int(t.timestamp() * 1e9)
+        # A recording's window (steady clock) began when its session started (`start_time`, the
+        # wall clock, microseconds): its length puts the window on the wall clock too.
+        w = meta.get("window")
+        if isinstance(w, dict) and _int(w.get("start")) is not None and _int(w.get("end")) is not None:
+            return (ns, ns + max(int(w["end"]) - int(w["start"]), 0)), True
         return (ns, ns), False
     return None, False
 

@@ -128,6 +128,21 @@ def test_recorded_profiles_of_other_runs_are_refused(tmp_path):
     refused(dlpt("report", str(tmp_path / "run.rank0.dlpt"), str(tmp_path / "late.dlpt")), "5 min apart")
 
 
+def test_recordings_are_placed_by_their_start_and_window_length(tmp_path):
+    """A recording's wall-clock window is its start_time plus its window's length: two 3 s
+    recordings that overlap are one run; one that starts 10 s after the other ended is another."""
+    def rec(rank: int, start: str) -> str:
+        p = gpu_profile({10: [("gemm", 100)]}, rank=rank)
+        p.meta.update(start_time=start, window={"start": 5_000_000_000, "end": 8_000_000_000})
+        path = str(tmp_path / f"{rank}-{start[-11:-6].replace(':', '')}.dlpt")
+        save(p, path)
+        return path
+
+    a = rec(0, "2025-01-01T10:00:00.000000+00:00")
+    assert dlpt("report", a, rec(1, "2025-01-01T10:00:01.500000+00:00")).returncode == 0
+    refused(dlpt("report", a, rec(1, "2025-01-01T10:00:13.000000+00:00")))
+
+
 def test_as_ranks_numbers_merged_inputs_too():
     m = merge_profiles([gpu_profile({10: [("gemm", 5)]}, rank=r) for r in (0, 1)])
     with pytest.raises(DlptError, match="both rank 0.*--as-ranks"):

@@ -175,6 +175,9 @@ class Recorder:
                 self.torch.cuda.synchronize()
             except Exception:  # noqa: BLE001 - a broken CUDA context: record what can be
                 pass
+        # start_time is the recording window's start in the wall clock (with --steps, the window's):
+        # with the window's length it places the recording in time (dlpt/runs.py).
+        self.started_at = time.time()
         self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""), sample_ns)
         self.mod.memory_step(self.step_count)  # the peak's step counts from the program's steps
         self.on = True

@@ -209,9 +209,6 @@ class TrieConverter:
         if host is not None:
             end = host.window_end or host.now  # still recording (a snapshot): up to now
             meta["window"] = {"start": host.window_start, "end": end}
-            # The same in the wall clock: when it was recorded, which tells the ranks of one run
-            # from another run's (dlpt/runs.py).
-            meta["wall_window"] = {"start": host.window_start + host.realtime_offset, "end": end + host.realtime_offset}
             if len(host.busy_device) and host.window_end:
                 self._idle(host, info["nmap"], out, meta)
             meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples,
