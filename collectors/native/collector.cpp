@@ -421,40 +421,25 @@ py::dict host_snapshot() {
   d["cupti_offset"] = 0;
 #endif
   {
-    // Collective calls, in the steady clock, and the wall clock's offset from it now: ranks on one
-    // host share the steady clock; ranks on several compare in the wall clock.
+    // Collective calls and kernels, in the steady clock, and (below) the wall clock's offset from
+    // it now: ranks on one host share the steady clock; ranks on several compare in the wall clock.
     py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lk(g_host_mu);
     double rate = ns_per_tick();
-    std::vector<int64_t> cn, cs, ce;
-    for (const CollCall& c : g_coll) {
-      cn.push_back(c.node);
-      cs.push_back(g_ns0 + int64_t(double(c.t0 - g_tick0) * rate));
-      ce.push_back(g_ns0 + int64_t(double(c.t1 - g_tick0) * rate));
-    }
-    py::gil_scoped_acquire gil;
-    d["coll_node"] = column(cn);
-    d["coll_start"] = column(cs);
-    d["coll_end"] = column(ce);
-    d["coll_dropped"] = g_coll_dropped;
-  }
-  {
-    // Collective kernels, from CUPTI's clock into the steady clock, as the calls above.
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lk(g_coll_k_mu);
-    std::vector<int64_t> kn, ks, ke;
+    CollColumns calls = g_coll.columns([rate](int64_t t) { return g_ns0 + int64_t(double(t - g_tick0) * rate); });
 #if defined(DLPT_CUPTI)
-    for (const CollCall& c : g_coll_k) {
-      kn.push_back(c.node);
-      ks.push_back(c.t0 - g_cupti_offset);
-      ke.push_back(c.t1 - g_cupti_offset);
-    }
+    const int64_t cupti = g_cupti_offset;
+#else
+    const int64_t cupti = 0;  // without CUPTI no kernel is logged
 #endif
+    CollColumns kernels = g_coll_k.columns([cupti](int64_t t) { return t - cupti; });
     py::gil_scoped_acquire gil;
-    d["collk_node"] = column(kn);
-    d["collk_start"] = column(ks);
-    d["collk_end"] = column(ke);
-    d["collk_dropped"] = g_coll_k_dropped;
+    for (auto& [prefix, cols] : {std::pair<const char*, CollColumns*>{"coll", &calls}, {"collk", &kernels}}) {
+      std::string p(prefix);
+      d[(p + "_node").c_str()] = column(cols->node);
+      d[(p + "_start").c_str()] = column(cols->start);
+      d[(p + "_end").c_str()] = column(cols->end);
+      d[(p + "_dropped").c_str()] = cols->dropped;
+    }
   }
   d["realtime_offset"] = int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();

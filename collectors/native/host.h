@@ -79,33 +79,60 @@ void busy_add(int64_t device, int64_t start, int64_t end) {
   if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
 }
 
-// ----- collective calls (the op callback, collector.cpp) -----
+// ----- collective calls and kernels (the op callback, collector.cpp; device.h) -----
 
 struct CollCall {
-  int64_t node, t0, t1;  // ticks
+  int64_t node, t0, t1;
 };
-constexpr size_t kMaxColl = size_t(1) << 20;  // 24 MiB at most; later calls are counted, not kept
-std::vector<CollCall> g_coll;
-int64_t g_coll_dropped = 0;
+constexpr size_t kMaxColl = size_t(1) << 20;  // 24 MiB at most; later entries are counted, not kept
 
-void collective_log(int64_t node, int64_t t0, int64_t t1) {
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (g_coll.size() < kMaxColl) g_coll.push_back(CollCall{node, t0, t1});
-  else ++g_coll_dropped;
-}
+struct CollColumns {
+  std::vector<int64_t> node, start, end;
+  int64_t dropped = 0;
+};
 
+// One log of collective entries: few (a step's buckets), and each one's start is what tells
+// which rank the others wait for (dlpt/commwait.py), so they are kept one by one. Its own mutex:
+// the activity thread holds g_leaf_mu when it logs a kernel.
+struct CollLog {
+  std::mutex mu;
+  std::vector<CollCall> calls;
+  int64_t dropped = 0;
+
+  void add(int64_t node, int64_t t0, int64_t t1) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (calls.size() < kMaxColl) calls.push_back(CollCall{node, t0, t1});
+    else ++dropped;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lk(mu);
+    calls.clear();
+    dropped = 0;
+  }
+  // The entries as columns, their times mapped into the steady clock by `to_ns`.
+  template <typename F>
+  CollColumns columns(F to_ns) {
+    std::lock_guard<std::mutex> lk(mu);
+    CollColumns out;
+    for (const CollCall& c : calls) {
+      out.node.push_back(c.node);
+      out.start.push_back(to_ns(c.t0));
+      out.end.push_back(to_ns(c.t1));
+    }
+    out.dropped = dropped;
+    return out;
+  }
+};
+
+// Collective ops' calls (`c10d::…`), in TSC ticks.
+CollLog g_coll;
 // Collective kernels (NCCL's, device.h), in CUPTI's clock: where RecordFunction is off (the
 // backward pass of a GPU recording, where DDP's buckets are all-reduced) their ops are not seen,
 // and on the GPU a kernel's start is the rank's arrival, better than the host's call.
-std::mutex g_coll_k_mu;  // its own: the activity thread holds g_leaf_mu when it logs
-std::vector<CollCall> g_coll_k;
-int64_t g_coll_k_dropped = 0;
+CollLog g_coll_k;
 
-void collective_kernel_log(int64_t node, int64_t start, int64_t end) {
-  std::lock_guard<std::mutex> lk(g_coll_k_mu);
-  if (g_coll_k.size() < kMaxColl) g_coll_k.push_back(CollCall{node, start, end});
-  else ++g_coll_k_dropped;
-}
+void collective_log(int64_t node, int64_t t0, int64_t t1) { g_coll.add(node, t0, t1); }
+void collective_kernel_log(int64_t node, int64_t start, int64_t end) { g_coll_k.add(node, start, end); }
 
 // ----- sync time (CUPTI runtime-API callbacks, device.h) -----
 
@@ -235,8 +262,6 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_sync_ns.clear();
     g_intervals.clear();
     g_runs.clear();
-    g_coll.clear();
-    g_coll_dropped = 0;
     g_keep_intervals = keep_intervals;
     g_window_start = steady_ns();
     g_window_end = 0;
@@ -246,11 +271,8 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     std::lock_guard<std::mutex> lk(g_leaf_mu);
     g_busy.clear();
   }
-  {
-    std::lock_guard<std::mutex> lk(g_coll_k_mu);
-    g_coll_k.clear();
-    g_coll_k_dropped = 0;
-  }
+  g_coll.clear();
+  g_coll_k.clear();
   g_samples.store(0);
   g_sample_waits.store(0);
   if (g_sampler_ts == nullptr) g_sampler_ts = new ThreadState();
