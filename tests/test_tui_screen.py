@@ -287,3 +287,24 @@ def test_snapshot_metric_picker_80x24(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(DlptApp(SMALL), terminal_size=(80, 24), run_before=before)
+
+
+# ---- a short screen -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [SMALL, str(DATA / "gpu_nanogpt_b8.dlpt")])
+@run_async
+async def test_a_short_screen_gives_the_table_its_rows(path: str) -> None:
+    """At 80×24 the header's lines are cut, not wrapped, the memory sparkline and most of the
+    detail pane give way, and the table shows at least 10 rows (it showed 3)."""
+    app = DlptApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        header = app.query_one("#header", Static)
+        lines = header_text(app).splitlines()
+        assert header.size.height == len(lines) and all(cell_len(ln) <= 78 for ln in lines)
+        assert not any("allocated over the run" in ln for ln in lines)
+        assert app.table.visible_rows() >= 10
+    tall = DlptApp(path)
+    async with tall.run_test(size=(120, 50)) as pilot:  # a tall screen keeps them
+        await settle(pilot)
+        assert any("allocated over the run" in ln for ln in header_text(tall).splitlines())

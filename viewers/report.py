@@ -108,10 +108,10 @@ def wait_lines(profile: Profile) -> list[str]:
     return lines
 
 
-def memory_lines(profile: Profile) -> list[str]:
+def memory_lines(profile: Profile, spark_width: int = 60) -> list[str]:
     """The GPU memory headline (dlpt.waits.memory_peak): `GPU memory: peak 1.62 GiB allocated
     (reserved 2.00 GiB) at step 12, line model.py:88`, and allocated memory over the run as a
-    sparkline, its peak marked."""
+    sparkline `spark_width` wide, its peak marked (none under 8 columns)."""
     m = memory_peak(profile)
     if m is None:
         return []
@@ -127,8 +127,8 @@ def memory_lines(profile: Profile) -> list[str]:
     if m.before_recording:
         extra.append(f"{fmt_bytes(m.before_recording)} allocated before the recording")
     lines = [text + (f" ({'; '.join(extra)})" if extra else "")]
-    if len(m.series) > 1:
-        lines.append(f"  allocated over the run {sparkline(m.series, 60)}  (▲ at the peak)")
+    if len(m.series) > 1 and spark_width >= 8:
+        lines.append(f"  allocated over the run {sparkline(m.series, spark_width)}  (▲ at the peak)")
     if m.oom:
         lines.append(f"  out of memory: {fmt_bytes(int(m.oom.get('requested', 0)))} asked for; live by line at "
                      "the failure in meta['memory']['oom']")

@@ -25,7 +25,7 @@ from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
-from dlpt.viewers.tui.header import ViewState, render_header
+from dlpt.viewers.tui.header import COMPACT_BELOW, COMPACT_DETAIL, ViewState, render_header
 from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.panedata import LibraryViews
 from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
@@ -127,6 +127,7 @@ class DlptApp(App[int]):
 
     def on_mount(self) -> None:
         self.table.focus()
+        self.on_resize()
         self._set_busy("loading")
         self._background(self._load, self._loaded)
 
@@ -303,7 +304,20 @@ class DlptApp(App[int]):
         except Exception:
             return
         state = ViewState(self.view, self.by, self.metric, self.include_library, self.search_text, self.busy, self.note)
-        header.update(render_header(self.base, self.path, self.VIEW_KEYS, state))
+        header.update(render_header(self.base, self.path, self.VIEW_KEYS, state, self.size.width, self.compact))
+
+    @property
+    def compact(self) -> bool:
+        """A short screen (80×24, a split pane): the table's rows come first."""
+        return 0 < self.size.height < COMPACT_BELOW
+
+    def on_resize(self) -> None:
+        # On a short screen the detail pane keeps a few rows, not 40% of them.
+        try:
+            self.query_one("#detail").styles.height = COMPACT_DETAIL if self.compact else "40%"
+        except Exception:  # noqa: BLE001 - not composed yet: on_mount calls this again
+            return
+        self._render_header()
 
     # -- detail pane ------------------------------------------------------------------------
 

@@ -30,8 +30,22 @@ class ViewState:
     note: str = ""
 
 
-def render_header(prof: Profile | None, path: str | None, view_keys: list[tuple[str, str]], state: ViewState) -> Text:
-    """The header's text; `view_keys` are (key, view) of the view tabs, in order."""
+# Below this many rows the screen is short (80×24 is the default terminal): the header drops the
+# memory sparkline and the detail pane keeps COMPACT_DETAIL rows (app.py), so the table shows ten.
+COMPACT_BELOW = 30
+COMPACT_DETAIL = 7
+
+# The sparkline line's words around the sparkline (viewers/report.py memory_lines), and the
+# header's padding: what the sparkline leaves of the width.
+_SPARK_FRAME = len("  allocated over the run ") + len("  (▲ at the peak)") + 2
+
+
+def render_header(prof: Profile | None, path: str | None, view_keys: list[tuple[str, str]], state: ViewState,
+                  width: int = 0, compact: bool = False) -> Text:
+    """The header's text; `view_keys` are (key, view) of the view tabs, in order. Each line is
+    one row, cut with an ellipsis where it is wider than the screen: wrapped, the header took
+    9 of 24 rows and left the table 3. The memory sparkline fits `width` (0: the report's 60
+    columns); `compact` (a short screen) leaves it out."""
     t = Text()
     if prof is None:
         t.append("dlpt · ", style="bold")
@@ -54,7 +68,8 @@ def render_header(prof: Profile | None, path: str | None, view_keys: list[tuple[
     if tot["cpu_time"]:
         t.append(f" · host ops {fmt_time(tot['cpu_time'])}")
     t.append("\n")
-    for line in wait_lines(prof) + memory_lines(prof):  # why the GPU waits; what holds its memory
+    spark = 0 if compact else min(60, width - _SPARK_FRAME) if width else 60
+    for line in wait_lines(prof) + memory_lines(prof, spark):  # why the GPU waits; what holds its memory
         t.append(line + "\n")
     # The views as tabs with their keys, the current one highlighted.
     for key, view in view_keys:
@@ -64,9 +79,19 @@ def render_header(prof: Profile | None, path: str | None, view_keys: list[tuple[
     if state.search_text:
         t.append(" · filter ")
         t.append(safe_text(repr(state.search_text)), style="bold")
-    if state.note:
-        t.append(" · ")
-        t.append(safe_text(state.note), style="bold yellow")
     if state.busy:
         t.append(f" · {state.busy}…", style="italic")
-    return t
+    if state.note:  # a line of its own: the tabs line is cut at the screen's width, the note must not be
+        t.append("\n")
+        t.append(safe_text(state.note), style="bold yellow")
+    return _fit(t, width - 2)  # the header's padding: one column each side
+
+
+def _fit(t: Text, width: int) -> Text:
+    """Each line of `t` cut to `width` cells with an ellipsis (unchanged for width <= 0)."""
+    if width <= 0:
+        return t
+    lines = t.split("\n")
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)
