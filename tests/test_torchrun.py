@@ -30,9 +30,10 @@ from torch import nn
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
-model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)))
+# Big enough that rank 1's extra forward (tens of ms) stands above a loaded machine's noise
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(64 * (4 if rank == 1 else 1), 256)  # rank 1: four times the batch
+x = torch.randn(64 * (4 if rank == 1 else 1), 512)  # rank 1: four times the batch
 for _ in range(6):
     loss = model(x).square().mean()  # the forward line
     opt.zero_grad()
