@@ -9,6 +9,7 @@ hotspots `summary.findings` item: `{"rule", "lines": ["file:line"], "figure", "r
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -137,6 +138,42 @@ def launch_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         "fewer, larger kernels run without a launch each")
 
 
+class _LoopLines:
+    """Whether a node's path runs through a line inside a loop (`for`, `while`, a comprehension)
+    of the program's stored source; True where no frame on it has its source stored."""
+
+    _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.spans: dict[str, list[tuple[int, int]] | None] = {}
+
+    def _spans(self, file: str) -> list[tuple[int, int]] | None:
+        if file not in self.spans:
+            text = self.profile.sources.get(file)
+            try:
+                tree = ast.parse(text) if text is not None else None
+            except (SyntaxError, ValueError):
+                tree = None
+            self.spans[file] = None if tree is None else [
+                (n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, self._LOOPS)]
+        return self.spans[file]
+
+    def on_path(self, node: int) -> bool:
+        known = False
+        for n in self.profile.cct.path(node):
+            f = self.profile.frame_of(n)
+            if f.kind != "python" or not f.has_source:
+                continue
+            spans = self._spans(f.file)
+            if spans is None:
+                continue
+            known = True
+            if any(a <= f.line <= b for a, b in spans):
+                return True
+        return not known
+
+
 def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     wall = w.wall or w.device_time
     if not wall or w.sync_time < SYNC_WALL_SHARE * wall:
@@ -144,7 +181,15 @@ def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
     share = w.busy_share
     if share is not None and share > GPU_BUSY_ABOVE:
         return None  # the GPU stays busy while the host waits: the wait costs nothing
-    per_line = lines.sums(_col(profile, "sync_time").astype(np.float64))
+    sync = _col(profile, "sync_time")
+    if profile.collector == "record":
+        # A recording's frames are at their current lines, so the blocking line, or a line that
+        # called it, can be seen inside a loop's body in the stored source: a sync outside any
+        # loop (a final .item(), a synchronize before timing) waits once, for work that had to
+        # finish anyway. A frame whose source is not stored says nothing, and then it counts.
+        loops = _LoopLines(profile)
+        sync = np.where([loops.on_path(int(n)) if v else False for n, v in enumerate(sync.tolist())], sync, 0)
+    per_line = lines.sums(sync.astype(np.float64))
     top = lines.top(per_line, at_least=SYNC_LINE_SHARE * wall)
     if not top:
         return None

@@ -152,3 +152,45 @@ def test_rank_wait_names_the_gpu_straggler_when_its_compute_explains_the_wait() 
     assert explaining_verdict(_verdict(1, False), host, 1_040_000_000) is host
     assert explaining_verdict(gpu, _verdict(5, False), 1_040_000_000) is gpu  # the only straggler there is
     assert explaining_verdict(None, _verdict(5, False), 10) is None
+
+
+PROG = """\
+import torch
+
+def step(x):
+    y = x @ x
+    return y.sum().item()
+
+for i in range(100):
+    step(x)
+print(step(x))
+"""
+
+
+def _recorded_sync(caller_line: int):
+    """A recording whose `.item()` in step() (line 5) blocked 100 ms of a 1 s run, called from
+    `caller_line` of the module: line 8 is in the loop's body, line 9 after it."""
+    from dataclasses import replace
+
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    mod = b.child(0, frames.intern(Frame("python", f"<module> (prog.py:{caller_line})", "prog.py", caller_line,
+                                         "<module>")))
+    line = b.child(mod, frames.intern(Frame("python", "step (prog.py:5)", "prog.py", 5, "step")))
+    cols = ActivityColumns()
+    cols.extra["sync_time"] = (np.array([line]), np.array([100_000_000]))
+    cols.extra["host_time"] = (np.array([line]), np.array([1_000_000_000]))
+    prof = build_profile(b, frames, cols, {"source": "record", "window": {"start": 0, "end": 1_000_000_000}})
+    return replace(prof, sources={"prog.py": PROG})
+
+
+def test_a_sync_outside_any_loop_is_no_finding() -> None:
+    """A recording's frames are at their current lines: the sync counts when its line or a
+    caller's is inside a loop of the stored source; a sync after the loop waits once."""
+    f = _rules(_recorded_sync(8)).get("sync-in-loop")
+    assert f is not None and f.lines == ["prog.py:5"]
+    assert "sync-in-loop" not in _rules(_recorded_sync(9))
+    # Without the source there is no telling: it counts, as before.
+    from dataclasses import replace
+
+    assert "sync-in-loop" in _rules(replace(_recorded_sync(9), sources={}))
