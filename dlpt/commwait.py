@@ -78,15 +78,20 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     if sum(1 for g in logs if g) < 2:
         return None
     out = [np.zeros(len(p.cct), dtype=np.int64) for p in profiles]
-    calls: dict[tuple, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    calls: dict[tuple, list[tuple[int, int, np.ndarray, np.ndarray | None]]] = {}
+    # A rank that logged collective kernels ran its collectives on the GPU (NCCL): its host calls
+    # return at once, so a call's wait is what it blocked for, at most its own end (the first call
+    # on a communicator blocks until every rank has joined); the kernels carry the rest.
+    on_gpu = [any(e.get("gpu") for e in log) for log in logs]
     for r, (p, log) in enumerate(zip(profiles, logs)):
         for entry in log:
             node = _node_of_path(p, entry["path"])
             if node is None:
                 continue
             key = (bool(entry.get("gpu")), *(tuple(f) for f in entry["path"]))
+            clip = on_gpu[r] and not entry.get("gpu")
             calls.setdefault(key, []).append((r, node, np.asarray(entry["start"], dtype=np.int64),
-                                              np.asarray(entry["end"], dtype=np.int64)))
+                                              np.asarray(entry["end"], dtype=np.int64) if clip else None))
     # Each instance's waiting interval on each rank: [own start, the last rank's start].
     spans: list[list[tuple[int, int, int]]] = [[] for _ in profiles]  # per rank: (start, last, node)
     for per_rank in calls.values():
@@ -95,8 +100,9 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
         k = min(len(s) for _, _, s, _ in per_rank)
         starts = np.stack([s[:k] for _, _, s, _ in per_rank])
         last = starts.max(axis=0)
-        for (r, node, _, _), row in zip(per_rank, starts):
-            spans[r].extend(zip(row.tolist(), last.tolist(), [node] * k))
+        for (r, node, _, ends), row in zip(per_rank, starts):
+            until = last if ends is None else np.minimum(last, ends[:k])
+            spans[r].extend(zip(row.tolist(), until.tolist(), [node] * k))
     # A rank waits once for all the collectives it has queued: DDP issues a step's buckets one
     # after another without blocking, and each waits for the same late rank. Summing each
     # instance's interval would count that wait once per bucket, so each instance gets only the

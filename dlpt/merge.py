@@ -167,6 +167,9 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
     meta = _merged_meta(profiles, ranks_meta)
     if waits:
         meta["comm_wait"] = "estimated per collective call from the ranks' start times (dlpt/commwait.py)"
+        dropped = sum(sum((profiles[i].meta.get("collectives_dropped") or {}).values()) for i in singles)
+        if dropped:
+            meta["comm_wait"] += f"; {dropped:,} collective entries past the log's limit were not kept: it is short"
     return Profile(frames=list(table.frames), cct=cct, activities=activities, meta=meta, sources=sources,
                    path=profiles[0].path)
 

@@ -75,8 +75,12 @@ def _window(meta: dict[str, Any]) -> tuple[tuple[int, int] | None, bool]:
         ns = int(t.timestamp() * 1e9)
         # A recording's window (steady clock) began when its session started (`start_time`, the
         # wall clock, microseconds): its length puts the window on the wall clock too.
+        # With --steps, recordings made before start_time meant the window's start took the
+        # session's start instead, with no mark to tell them apart: a steps window is placed by
+        # its start alone (the minute's slack).
         w = meta.get("window")
-        if isinstance(w, dict) and _int(w.get("start")) is not None and _int(w.get("end")) is not None:
+        if (isinstance(w, dict) and _int(w.get("start")) is not None and _int(w.get("end")) is not None
+                and not meta.get("steps")):
             return (ns, ns + max(int(w["end"]) - int(w["start"]), 0)), True
         return (ns, ns), False
     return None, False

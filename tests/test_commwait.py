@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -141,3 +142,42 @@ def test_one_rank_alone_has_no_estimate(merged: tuple[dlpt.Profile, dict[str, fl
     one = dlpt.load(prof.meta["ranks"][0]["path"])
     assert int(one.cct.exclusive[:, COL["comm_wait_time"]].sum()) == 0
     assert "comm_wait" not in one.meta
+
+
+def _nccl_rank(host: tuple[int, int], kernel_start: int) -> dlpt.Profile:
+    """One rank of an NCCL job: line 10 calls all_reduce once (the host call from host[0] to
+    host[1]) and its kernel starts on the GPU at kernel_start (ms)."""
+    from dlpt.cct import TreeBuilder
+    from dlpt.collectors.assembly import ActivityColumns, build_profile
+    from dlpt.frames import Frame, FrameTable
+
+    ms = 1_000_000
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    line = Frame("python", "main (prog.py:10)", "prog.py", 10, "main")
+    op = Frame("op", "c10d::allreduce_")
+    node = b.child(b.child(0, frames.intern(line)), frames.intern(op))
+    cols = ActivityColumns(cpu_node=[node], cpu_self=[host[1] * ms - host[0] * ms + 1])  # > 0: the node is kept
+    path = [[f.kind, f.name, f.file, f.line, f.function] for f in (line, op)]
+    meta = {"source": "record", "collectives": [
+        {"path": path, "start": [host[0] * ms], "end": [host[1] * ms]},
+        {"path": path, "start": [kernel_start * ms], "end": [(kernel_start + 5) * ms], "gpu": True}]}
+    return build_profile(b, frames, cols, meta)
+
+
+def test_nccl_host_calls_wait_only_while_they_block() -> None:
+    """NCCL's host call returns at once; the kernels meet on the GPUs. A rank whose host ran
+    80 ms ahead of the other's, both kernels starting together, waited for nothing; a first call
+    that blocked 80 ms on the host (the communicator's rendezvous) waited those 80 ms."""
+    from dlpt.commwait import comm_wait_columns
+
+    ahead = comm_wait_columns([_nccl_rank((0, 0), 200), _nccl_rank((80, 80), 200)])
+    assert ahead is not None and [int(c.sum()) for c in ahead] == [0, 0]
+    blocked = comm_wait_columns([_nccl_rank((0, 80), 200), _nccl_rank((80, 80), 200)])
+    assert blocked is not None and [int(c.sum()) for c in blocked] == [80_000_000, 0]
+    # A gloo rank (no kernels): its call's wait runs to the last arrival, as the op returns at once.
+    gloo = [replace(_nccl_rank((s, s), 0), meta={**_nccl_rank((s, s), 0).meta}) for s in (0, 80)]
+    for g in gloo:
+        g.meta["collectives"] = g.meta["collectives"][:1]
+    got = comm_wait_columns(gloo)
+    assert got is not None and [int(c.sum()) for c in got] == [80_000_000, 0]

@@ -11,6 +11,7 @@ import pytest
 from kineto_builder import BASE_NS, TraceBuilder
 from test_ranks import gpu_profile
 
+from dlpt import load as dlpt_load
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.errors import DlptError
@@ -134,13 +135,21 @@ def test_recordings_are_placed_by_their_start_and_window_length(tmp_path):
     def rec(rank: int, start: str) -> str:
         p = gpu_profile({10: [("gemm", 100)]}, rank=rank)
         p.meta.update(start_time=start, window={"start": 5_000_000_000, "end": 8_000_000_000})
-        path = str(tmp_path / f"{rank}-{start[-11:-6].replace(':', '')}.dlpt")
+        path = str(tmp_path / f"{rank}-{start[14:19].replace(':', '')}.dlpt")
         save(p, path)
         return path
 
     a = rec(0, "2025-01-01T10:00:00.000000+00:00")
     assert dlpt("report", a, rec(1, "2025-01-01T10:00:01.500000+00:00")).returncode == 0
-    refused(dlpt("report", a, rec(1, "2025-01-01T10:00:13.000000+00:00")))
+    late = rec(1, "2025-01-01T10:00:13.000000+00:00")
+    refused(dlpt("report", a, late))
+    # A --steps recording made before start_time meant the window's start said the session's
+    # start: placed by its start alone, with a minute's slack.
+    for path in (a, late):
+        p = dlpt_load(path)
+        p.meta["steps"] = [10, 20]
+        save(p, path)
+    assert dlpt("report", a, late).returncode == 0
 
 
 def test_as_ranks_numbers_merged_inputs_too():

@@ -308,3 +308,17 @@ async def test_a_short_screen_gives_the_table_its_rows(path: str) -> None:
     async with tall.run_test(size=(120, 50)) as pilot:  # a tall screen keeps them
         await settle(pilot)
         assert any("allocated over the run" in ln for ln in header_text(tall).splitlines())
+
+
+@run_async
+async def test_a_screen_resized_short_gets_the_short_layout() -> None:
+    """Textual hands the new size to on_resize before storing it: the layout follows the event's."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        assert not app.compact
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert app.compact and str(app.query_one("#detail").styles.height) == "7"
+        assert all(cell_len(ln) <= 78 for ln in header_text(app).splitlines())
+        assert app.table.visible_rows() >= 10

@@ -210,7 +210,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
           const char* shown = status == 0 && dm ? dm : (kn ? kn : "<unnamed kernel>");
           name = name_idx(shown);
           // ncclDevKernel_AllReduce_Sum_f32_RING_LL(...), ncclKernel_..., RCCL's alike (metrics.py)
-          coll = std::strncmp(shown, "nccl", 4) == 0 || std::strncmp(shown, "rccl", 4) == 0;
+          // Point-to-point kernels (SendRecv: pipeline stages) pair two ranks, not all: left out.
+          coll = (std::strncmp(shown, "nccl", 4) == 0 || std::strncmp(shown, "rccl", 4) == 0) &&
+                 std::strstr(shown, "SendRecv") == nullptr && std::strstr(shown, "_Send") == nullptr &&
+                 std::strstr(shown, "_Recv") == nullptr;
           std::free(dm);
           g_kernel_name_cache.emplace(kn, std::make_pair(name, coll));
         }

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 from rich.markup import escape
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -98,6 +100,7 @@ class DlptApp(App[int]):
         # a query that matches nothing goes back to it rather than blank the table.
         self._replaced_query: str | None = None
         self.note = ""
+        self._term: Size | None = None  # the screen size of the last Resize event (see term)
         self.variants: dict[bool, LibraryViews] = {}
         self.outlines: dict[tuple, Outline] = {}
         self._applied_query: dict[tuple, str] = {}
@@ -304,15 +307,23 @@ class DlptApp(App[int]):
         except Exception:
             return
         state = ViewState(self.view, self.by, self.metric, self.include_library, self.search_text, self.busy, self.note)
-        header.update(render_header(self.base, self.path, self.VIEW_KEYS, state, self.size.width, self.compact))
+        header.update(render_header(self.base, self.path, self.VIEW_KEYS, state, self.term.width, self.compact))
+
+    @property
+    def term(self) -> Size:
+        """The screen's size: the last Resize event's, which textual hands to `on_resize` before
+        it stores it in `self.size`."""
+        return self._term or self.size
 
     @property
     def compact(self) -> bool:
         """A short screen (80×24, a split pane): the table's rows come first."""
-        return 0 < self.size.height < COMPACT_BELOW
+        return 0 < self.term.height < COMPACT_BELOW
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize | None = None) -> None:
         # On a short screen the detail pane keeps a few rows, not 40% of them.
+        if event is not None:
+            self._term = event.size
         try:
             self.query_one("#detail").styles.height = COMPACT_DETAIL if self.compact else "40%"
         except Exception:  # noqa: BLE001 - not composed yet: on_mount calls this again
