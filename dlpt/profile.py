@@ -5,18 +5,13 @@ viewers only read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import COL
-
-if TYPE_CHECKING:
-    import hatchet
-    import networkx as nx
-    import pandas as pd
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
@@ -89,28 +84,6 @@ class Profile:
             return ""
         lines = text.splitlines()
         return lines[line - 1].strip() if line <= len(lines) else ""
-
-    def to_dataframe(self, view: str = "top-down", by: str = "line",
-                     include_library: bool = False) -> pd.DataFrame:
-        """The chosen view as a pandas DataFrame, one row per node or group, metrics in
-        nanoseconds, bytes and counts (`*_inc` for inclusive)."""
-        from dlpt.interop.tables import view_dataframe
-
-        return view_dataframe(self, view=view, by=by, include_library=include_library)
-
-    def to_graphframe(self, include_library: bool = False, metric: str | None = None) -> hatchet.GraphFrame:
-        """The calling-context tree as a hatchet GraphFrame (exclusive metrics as `gpu_time`,
-        inclusive as `gpu_time (inc)`, integers in ns/bytes/counts), built from the arrays. The
-        default metric is gpu_time, or cpu_time for a profile without GPU activity."""
-        from dlpt.interop.graphframe import to_graphframe
-
-        return to_graphframe(self, metric or default_metric(self), include_library=include_library)
-
-    def call_graph(self, include_library: bool = False) -> nx.DiGraph:
-        """The function-level caller/callee graph (networkx), metrics on nodes and edges."""
-        from dlpt.interop.callgraph import call_graph
-
-        return call_graph(self, include_library=include_library)
 
 
 def default_metric(*profiles: Profile) -> str:
