@@ -52,20 +52,10 @@ def _node_of_path(profile: Profile, path: list[list[Any]]) -> int | None:
     return node
 
 
-def _entries(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries a rank's waits are estimated from: its collective ops' calls and its collective
-    kernels (`"gpu"`), each kind matched across ranks on its own. Both are needed on GPUs: the
-    backward pass's ops (DDP's buckets) are not seen on the host in GPU recordings, and NCCL's
-    first call on a communicator waits on the host, before any kernel, for every rank to join.
-    Where the two overlap (the same collective's call and kernel), the union below counts the
-    wait once."""
-    return [e for e in log if e.get("start")]
-
-
 def collective_span(profile: Profile) -> int | None:
     """The time from the rank's first collective's start to its last one's end (ns), the stretch
     over which it ran in step with the others; None where it logged none."""
-    log = _entries(profile.meta.get("collectives") or [])
+    log = profile.meta.get("collectives") or []
     starts = [min(e["start"]) for e in log if e.get("start")]
     ends = [max(e["end"]) for e in log if e.get("end")]
     return int(max(ends) - min(starts)) if starts and ends else None
@@ -74,7 +64,12 @@ def collective_span(profile: Profile) -> int | None:
 def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     """Each profile's comm_wait_time per node (one array per profile, its nodes' exclusive
     values), or None when fewer than two of them logged collective calls."""
-    logs = [_entries(p.meta.get("collectives") or []) for p in profiles]
+    # A rank's collective ops' calls and its collective kernels (`"gpu"`), each kind matched
+    # across ranks on its own. GPU recordings need both: the backward pass's ops (DDP's buckets)
+    # are not seen on the host there, and NCCL's first call on a communicator waits on the host,
+    # before any kernel, for every rank to join. Where a call and its kernel overlap, the union
+    # below counts the wait once.
+    logs = [[e for e in p.meta.get("collectives") or [] if e.get("start")] for p in profiles]
     if sum(1 for g in logs if g) < 2:
         return None
     out = [np.zeros(len(p.cct), dtype=np.int64) for p in profiles]

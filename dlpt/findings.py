@@ -188,7 +188,10 @@ def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         # loop (a final .item(), a synchronize before timing) waits once, for work that had to
         # finish anyway. A frame whose source is not stored says nothing, and then it counts.
         loops = _LoopLines(profile)
-        sync = np.where([loops.on_path(int(n)) if v else False for n, v in enumerate(sync.tolist())], sync, 0)
+        looped = np.zeros(len(sync), dtype=bool)
+        for n in np.flatnonzero(sync).tolist():
+            looped[n] = loops.on_path(n)
+        sync = np.where(looped, sync, 0)
     per_line = lines.sums(sync.astype(np.float64))
     top = lines.top(per_line, at_least=SYNC_LINE_SHARE * wall)
     if not top:

@@ -73,11 +73,10 @@ def _window(meta: dict[str, Any]) -> tuple[tuple[int, int] | None, bool]:
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
         ns = int(t.timestamp() * 1e9)
-        # A recording's window (steady clock) began when its session started (`start_time`, the
-        # wall clock, microseconds): its length puts the window on the wall clock too.
-        # With --steps, recordings made before start_time meant the window's start took the
-        # session's start instead, with no mark to tell them apart: a steps window is placed by
-        # its start alone (the minute's slack).
+        # A recording's window (steady clock) opens at `start_time` (the wall clock, in
+        # microseconds), so its length places it on the wall clock. Except with --steps: there,
+        # files recorded before that took the session's start, with nothing to tell them apart,
+        # so a steps window is placed by its start alone (the minute's slack).
         w = meta.get("window")
         if (isinstance(w, dict) and _int(w.get("start")) is not None and _int(w.get("end")) is not None
                 and not meta.get("steps")):

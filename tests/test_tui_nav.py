@@ -188,15 +188,21 @@ async def test_kernel_names_stay_short_in_the_detail_pane(gpt: Profile) -> None:
 
 # ---- picking a metric, going back -----------------------------------------------------------
 
+async def open_picker(pilot, app: DlptApp) -> MetricPicker:
+    """Press `m`; the metric picker is the screen."""
+    await pilot.press("m")
+    await pilot.pause()
+    picker = app.screen
+    assert isinstance(picker, MetricPicker)
+    return picker
+
+
 @run_async
 async def test_metric_picker(gpt: Profile) -> None:
     app = DlptApp(profile=gpt)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("m")
-        await pilot.pause()
-        picker = app.screen
-        assert isinstance(picker, MetricPicker)
+        picker = await open_picker(pilot, app)
         totals = app.metric_totals()
         assert picker.metrics == [m for m in METRICS if totals[m]]
         assert picker.metrics[0] == "gpu_time"

@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA
 from rich.cells import cell_len
 from test_tui import header_text, run_async, settle, visible_strip_text
-from test_tui_nav import assert_cursor_on_screen
+from test_tui_nav import assert_cursor_on_screen, open_picker
 from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 
@@ -20,13 +20,18 @@ from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.viewers.tui import DlptApp
-from dlpt.viewers.tui.picker import MetricPicker
 from dlpt.viewers.tui.rows import OPEN_SHARE
 
 SMALL = str(DATA / "gpu_train_small.dlpt")
 # Text of a line of code the sample's table shows beside `transformer_train.py:49 forward`, in
 # no frame's name: only a search over the code finds it.
 CODE_ONLY = "self.mlp"
+
+
+async def search(pilot, *keys: str) -> None:
+    """Type a search (`/`, the keys, enter) and wait for it to apply."""
+    await pilot.press("slash", *keys, "enter")
+    await settle(pilot)
 
 
 def assert_detail_is_the_cursor_row(app: DlptApp) -> None:
@@ -172,8 +177,7 @@ async def test_search_finds_the_code_shown_beside_a_line() -> None:
     app = DlptApp(SMALL)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *CODE_ONLY, "enter")
-        await settle(pilot)
+        await search(pilot, *CODE_ONLY)
         o = app.outline
         src = o.rows
         assert app.search_text == CODE_ONLY and len(o)
@@ -193,8 +197,7 @@ async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         keys, cursor = app.outline.keys.copy(), app.table.cursor
-        await pilot.press("slash", *"xyzzy", "enter")
-        await settle(pilot)
+        await search(pilot, *"xyzzy")
         # The rows stay as they were, unfiltered, the cursor where it was...
         assert np.array_equal(app.outline.keys, keys) and app.table.cursor == cursor
         assert app.search_text == "" and app.outline.keep is None
@@ -203,11 +206,9 @@ async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
         assert "no match for 'xyzzy'" in header_text(app)
         assert_detail_is_the_cursor_row(app)
         # A filter that matches, then one that does not: the first stays.
-        await pilot.press("slash", *CODE_ONLY, "enter")
-        await settle(pilot)
+        await search(pilot, *CODE_ONLY)
         filtered = app.outline.keys.copy()
-        await pilot.press("slash", "ctrl+u", *"nothing-here", "enter")
-        await settle(pilot)
+        await search(pilot, "ctrl+u", *"nothing-here")
         assert app.search_text == CODE_ONLY and np.array_equal(app.outline.keys, filtered)
         assert "no match for 'nothing-here'" in header_text(app)
         assert_detail_is_the_cursor_row(app)
@@ -218,8 +219,7 @@ async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
     app = DlptApp(SMALL)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        await pilot.press("slash", *CODE_ONLY, "enter")
-        await settle(pilot)
+        await search(pilot, *CODE_ONLY)
         assert app.detail is not None
         await pilot.press("3", "g", "g", "g")  # flat by kernel: no kernel has that code
         await settle(pilot)
@@ -254,10 +254,7 @@ async def test_metric_picker_fits_80x24(every_metric: bool) -> None:
     app = DlptApp(profile=_many_kernels_profile(every_metric))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("m")
-        await pilot.pause()
-        picker = app.screen
-        assert isinstance(picker, MetricPicker)
+        picker = await open_picker(pilot, app)
         assert len(picker.metrics) == (len(METRICS) if every_metric else 3)
         box, ol = picker.query_one(Vertical), picker.query_one(OptionList)
         assert picker.region.contains_region(box.region)

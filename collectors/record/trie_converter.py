@@ -206,10 +206,10 @@ class TrieConverter:
         add_memory(memory, np.asarray(self.node_map, dtype=np.int64), self.builder, self.frames, out, meta)
         if info.get("collectives"):
             meta["collectives"] = info["collectives"]
-        if host is not None and (host.coll_dropped or host.collk_dropped):
-            # Past a million entries per log the rest are counted, not kept: comm wait is then short.
-            meta["collectives_dropped"] = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
         if host is not None:
+            if host.coll_dropped or host.collk_dropped:
+                # Past a million entries per log the rest are counted, not kept: comm wait is then short.
+                meta["collectives_dropped"] = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
             end = host.window_end or host.now  # still recording (a snapshot): up to now
             meta["window"] = {"start": host.window_start, "end": end}
             if len(host.busy_device) and host.window_end:
