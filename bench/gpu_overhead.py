@@ -1,13 +1,21 @@
 """Recording overhead on the GPU (docs/BENCHMARKS.md), each profiler next to unprofiled in one run:
 
-- `ab` (the judge): nanoGPT's training step in one process (bench/workloads/nanogpt_inproc.py),
-  blocks of steps alternately unprofiled and under one profiler, so both see the same machine
-  state; one process per profiler and run, processes in turns (nanoGPT's step moves by ±15%
-  between processes on the GPU machine, more than the differences to measure). Per configuration,
-  the median over processes of the profiled step against the pristine one (before any profiler
-  ran in that process) and against the unprofiled blocks in between. A configuration is a mode
-  nanogpt_inproc.py knows (dlpt, proton, torch.profiler, after, after-none), optionally with a
-  label and environment: `old-backward=dlpt:DLPT_DIAG=rfbackward`.
+- `ab` (the judge): a program's step in one process (bench/workloads/inproc.py: nanogpt, decode
+  with CUDA graphs, decode-eager, resnet50 training, vit inference; `--workloads`), blocks of
+  steps alternately unprofiled and under one profiler, so both see the same machine state; one
+  process per profiler and run, processes in turns (a step moves by ±15% between processes on
+  the GPU machine, more than the differences to measure). Per workload and configuration, the
+  median over processes of the profiled step against the pristine one (before any profiler ran
+  in that process) and against the unprofiled blocks in between. A configuration is a mode
+  inproc.py knows (dlpt, proton, torch.profiler, after, after-none), optionally with a label and
+  environment: `old-backward=dlpt:DLPT_DIAG=rfbackward`.
+- `variants`: where dlpt's cost goes: per workload one process running dlpt in the `--variants`
+  configurations in turns with unprofiled blocks (inproc.py's `variants` mode): each one's step
+  over unprofiled, its GPU time and kernels per step, and its GPU time per line (the
+  collector's diagnostics: DLPT_DEVICE=0, DLPT_HOST=0, DLPT_DIAG=..., DLPT_MEMORY=0,
+  DLPT_SAMPLE_US=0; collectors/record/session.py).
+- `whole`: inproc.py's `plain` mode in whole processes, as it is and under `dlpt record`
+  (`--whole`), in turns: CUDA graphs are then instantiated while dlpt records.
 - `nanogpt`: nanoGPT `train.py` eager in whole processes, median step time over iterations 10–60,
   unprofiled / `dlpt record` / torch.profiler with stacks / Proton `-c python`,
   interleaved (A B C D A B C D …); ratios vs unprofiled; whether dlpt is below Proton.
@@ -21,6 +29,9 @@ is dlpt's end-of-run cost), whether the profile was saved and reads back.
 
     python bench/run.py gpu-overhead [ab,nanogpt,steps,timm] [--repeats 2] [--budget 540]
     python bench/run.py gpu-overhead ab --ab dlpt,proton,torch.profiler --procs 3 --rounds 12
+    python bench/run.py gpu-overhead ab --workloads decode,decode-eager,resnet50,vit --ab dlpt,proton
+    python bench/run.py gpu-overhead variants --workloads decode-eager --variants "dlpt=;nodevice=DLPT_DEVICE=0"
+    python bench/run.py gpu-overhead whole --workloads decode --whole none,dlpt
     python bench/run.py gpu-overhead ab --ab after,after-none        # what --steps A:B leaves behind
     python bench/run.py gpu-overhead nanogpt --cpu      # a small CPU configuration, to try it here
 
@@ -122,28 +133,32 @@ class Bench:
         else:
             row["read_error"] = rd["error"]
 
-    # ---- nanoGPT in one process, profilers in turns: the judge
+    # ---- a program's step in one process, profilers in turns: the judge
     def part_ab(self) -> None:
+        for w in self.a.workloads.split(","):
+            self.ab_one(w)
+
+    def ab_one(self, workload: str) -> None:
         a = self.a
         configs = [rl.parse_config(c) for c in a.ab.split(",") if c]
         rows: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in configs}
-        self.res["ab"] = rows
+        self.res.setdefault("ab", {})[workload] = rows
         for p in range(a.procs):
             for label, which, env in configs:
-                if not self.budget.allows(self.est.get(f"ab/{label}", a.first_estimate) * 1.2):
-                    print(f"  skip {label} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
+                if not self.budget.allows(self.est.get(f"ab/{workload}/{label}", a.first_estimate) * 1.2):
+                    print(f"  skip {workload} {label} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
                     continue
-                cmd = [rl.PY, os.path.join(rl.WORKLOADS, "nanogpt_inproc.py"), which, str(a.rounds)]
+                cmd = [rl.PY, os.path.join(rl.WORKLOADS, "inproc.py"), workload, which, str(a.rounds), str(a.block)]
                 r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
                            log=self.log, env=env)
-                self.est[f"ab/{label}"] = r["wall_s"]
+                self.est[f"ab/{workload}/{label}"] = r["wall_s"]
                 line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
                 if line is None:
-                    print(f"  {label} #{p + 1}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-6:]),
-                          flush=True)
+                    print(f"  {workload} {label} #{p + 1}: failed\n    "
+                          + "\n    ".join((r.err_lines or r.out_lines)[-6:]), flush=True)
                     continue
                 rows[label].append(json.loads(line))
-                print(f"  {label} #{p + 1}: {line}", flush=True)
+                print(f"  {workload} {label} #{p + 1}: {line}", flush=True)
                 self.save()
         after = {k: ds for k, ds in rows.items() if ds and "after_ms" in ds[0]}
         profiled = {k: ds for k, ds in rows.items() if k not in after}
@@ -154,7 +169,7 @@ class Bench:
                 m = {k: statistics.median(d[k] for d in ds) if ds else None
                      for k in ("ratio_to_pristine", "ratio", "pristine_ms", "profiled_ms")}
                 trs.append([label, len(ds), m["ratio_to_pristine"], m["ratio"], m["pristine_ms"], m["profiled_ms"]])
-            text.append(rl.table(f"nanoGPT step in one process, {a.rounds} rounds of 10 steps, "
+            text.append(rl.table(f"{workload} step in one process, {a.rounds} rounds of {a.block} steps, "
                                  f"{a.procs} processes each ({self.res['device']})",
                                  ["configuration", "processes", "profiled / pristine (median)",
                                   "profiled / between (median)", "pristine ms", "profiled ms"], trs))
@@ -170,9 +185,82 @@ class Bench:
                     per.append(f"- {label} #{i}: before {d['before_ms']} ms, during {d['during_ms']} ms, "
                                f"after {d['after_ms']} ms ({d['ratio']})")
                 else:
+                    rec = ""
+                    if "kernels_per_step" in d:
+                        rec = f"; recorded {d['gpu_ms_per_step']} GPU ms and {d['kernels_per_step']} kernels a step"
                     per.append(f"- {label} #{i}: pristine {d['pristine_ms']} ms, between {d['unprofiled_ms']} ms, "
-                               f"profiled {d['profiled_ms']} ms ({d['ratio_to_pristine']} / {d['ratio']})")
+                               f"profiled {d['profiled_ms']} ms ({d['ratio_to_pristine']} / {d['ratio']}){rec}")
         self.tables.append("\n\n".join(text) + "\n" + "\n".join(per))
+
+    # ---- whole processes: inproc.py's `plain` mode as it is and under `dlpt record`, in turns
+    def part_whole(self) -> None:
+        a = self.a
+        configs = [rl.parse_config(c) for c in a.whole.split(",") if c]
+        for workload in a.workloads.split(","):
+            got: dict[str, list[float]] = {c[0]: [] for c in configs}
+            self.res.setdefault("whole", {})[workload] = got
+            for p in range(a.procs):
+                for label, mode, env in configs:
+                    key = f"whole/{workload}/{label}"
+                    if not self.budget.allows(self.est.get(key, a.first_estimate) * 1.2):
+                        print(f"  skip {key} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
+                        continue
+                    prog = [os.path.join(rl.WORKLOADS, "inproc.py"), workload, "plain", str(a.rounds), str(a.block)]
+                    out = os.path.join(self.work, f"whole-{workload}-{label}-{p}.dlpt")
+                    cmd = [rl.PY, *prog] if mode == "none" else rl.dlpt_record(out, *prog)
+                    r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
+                               log=self.log, env=env)
+                    self.est[key] = r["wall_s"]
+                    line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
+                    if line is None:
+                        print(f"  {key} #{p + 1}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-8:]),
+                              flush=True)
+                        continue
+                    got[label].append(json.loads(line)["median_ms"])
+                    print(f"  {key} #{p + 1}: {got[label][-1]} ms" + (f" ({out})" if mode != "none" else ""), flush=True)
+                    self.save()
+            base = statistics.median(got[configs[0][0]]) if got[configs[0][0]] else None
+            rows = [[label, len(v), statistics.median(v) if v else None,
+                     round(statistics.median(v) / base, 4) if v and base else None] for label, v in got.items()]
+            self.tables.append(rl.table(f"{workload}: whole processes, median step of {a.rounds * a.block} "
+                                        f"({self.res['device']})", ["configuration", "processes", "step ms",
+                                                                    f"× {configs[0][0]}"], rows))
+            print(self.tables[-1], flush=True)
+
+    # ---- where dlpt's cost goes: configurations in turns in one process per workload
+    def part_variants(self) -> None:
+        a = self.a
+        specs = [v for v in a.variants.split(";") if v]
+        for workload in a.workloads.split(","):
+            if not self.budget.allows(self.est.get(f"variants/{workload}", a.first_estimate) * 1.2):
+                print(f"  skip variants {workload}: {self.budget.left():.0f} s left", flush=True)
+                continue
+            cmd = [rl.PY, os.path.join(rl.WORKLOADS, "inproc.py"), workload, "variants", str(a.rounds), str(a.block),
+                   *specs]
+            r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)), log=self.log)
+            self.est[f"variants/{workload}"] = r["wall_s"]
+            line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
+            if line is None:
+                print(f"  variants {workload}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-8:]),
+                      flush=True)
+                continue
+            d = json.loads(line)
+            self.res.setdefault("variants", {})[workload] = d
+            self.save()
+            rows = [[label, c["ms"], c["ratio"], c["gpu_ms_per_step"], c["kernels_per_step"]]
+                    for label, c in d["configs"].items()]
+            text = rl.table(f"{workload}: dlpt configurations in turns with unprofiled blocks, one process, "
+                            f"{a.rounds} rounds of {a.block} steps ({d['device']}; unprofiled {d['unprofiled_ms']} ms)",
+                            ["configuration", "step ms", "× unprofiled", "GPU ms/step", "kernels/step"],
+                            rows)
+            # Per line: each configuration's GPU time per step against the first one's.
+            labels = list(d["configs"])
+            ref = d["configs"][labels[0]]["lines_us_per_step"]
+            lrows = [[k[:70], ref[k]] + [d["configs"][lb]["lines_us_per_step"].get(k, 0.0) for lb in labels[1:]]
+                     for k in list(ref)[:10]]
+            text += "\n\n" + rl.table(f"{workload}: GPU µs per step on the top lines", ["line", *labels], lrows)
+            print(text, flush=True)
+            self.tables.append(text)
 
     # ---- nanoGPT: four configurations
     def part_nanogpt(self) -> None:
@@ -348,10 +436,18 @@ class Bench:
 def gpu_overhead(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench/run.py gpu-overhead", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("parts", nargs="?", default="ab,steps,timm", help="comma-separated: ab,nanogpt,steps,timm")
+    ap.add_argument("parts", nargs="?", default="ab,steps,timm",
+                    help="comma-separated: ab,variants,whole,nanogpt,steps,timm")
     ap.add_argument("--ab", default="dlpt,proton,torch.profiler", help="ab part: comma-separated configurations")
     ap.add_argument("--procs", type=int, default=3, help="ab part: processes per configuration")
     ap.add_argument("--rounds", type=int, default=12, help="ab part: blocks unprofiled and profiled per process")
+    ap.add_argument("--block", type=int, default=10, help="ab and variants parts: steps per block")
+    ap.add_argument("--workloads", default="nanogpt", help="ab and variants parts: comma-separated, inproc.py's "
+                    "programs (nanogpt, decode, decode-eager, resnet50, vit)")
+    ap.add_argument("--whole", default="none,dlpt", help="whole part: configurations, the first the "
+                    "baseline (none: as it is; dlpt: under dlpt record; LABEL=dlpt:K=V for an environment)")
+    ap.add_argument("--variants", default="dlpt=;nodevice=DLPT_DEVICE=0;nohost=DLPT_HOST=0;noact=DLPT_DIAG=noactivities",
+                    help="variants part: LABEL=ENV;... (ENV: K=V,K=V; empty for the default)")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds of every configuration")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="nanogpt part: which of " + ",".join(CONFIGS))
     ap.add_argument("--iters", type=int, default=60, help="nanogpt part: max_iters (median over 10..this)")

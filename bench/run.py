@@ -9,7 +9,8 @@
 
 Cases are never timed tests: they measure, print, and (the GPU ones) write JSON under $OUT. The
 programs they measure are in bench/workloads/ (ours) and bench/gpu_cases/ (the hard cases);
-third-party programs (nanoGPT, timm) come from the project's shared/programs.
+third-party programs (nanoGPT, timm; gpt-fast copied there, see bench/workloads/inproc.py) come
+from the project's shared/programs.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ def device(argv: list[str]) -> int:
         return 1
     if not os.path.isdir(os.path.join(ROOT, "shared", "programs", "nanoGPT")):
         say("WARNING: shared/programs/ is missing: the cases that run nanoGPT, timm or the Trainer will fail")
+    if not os.path.isdir(os.path.join(ROOT, "shared", "programs", "gpt-fast")):
+        say("WARNING: shared/programs/gpt-fast is missing: gpu-overhead's decode workloads will fail")
     # dlpt builds its native part on first use: once here, so that no measured run pays for it.
     with open("/tmp/dlpt_warm.py", "w") as f:
         f.write(WARM)
