@@ -247,11 +247,12 @@ class Bench:
             d = json.loads(line)
             self.res.setdefault("variants", {})[workload] = d
             self.save()
-            rows = [[label, c["ms"], c["ratio"], c["gpu_ms_per_step"], c["kernels_per_step"]]
+            rows = [[label, c["ms"], c["ratio"], c["gpu_ms_per_step"], c["kernels_per_step"], c["unlinked_pct"]]
                     for label, c in d["configs"].items()]
             text = rl.table(f"{workload}: dlpt configurations in turns with unprofiled blocks, one process, "
                             f"{a.rounds} rounds of {a.block} steps ({d['device']}; unprofiled {d['unprofiled_ms']} ms)",
-                            ["configuration", "step ms", "× unprofiled", "GPU ms/step", "kernels/step"],
+                            ["configuration", "step ms", "× unprofiled", "GPU ms/step", "kernels/step",
+                             "% records unlinked"],
                             rows)
             # Per line: each configuration's GPU time per step against the first one's.
             labels = list(d["configs"])

@@ -215,8 +215,8 @@ def variants(step, rounds: int, block: int, specs: list[str]) -> None:
         label, _, env = spec.partition("=")
         configs.append((label, dict(kv.split("=", 1) for kv in env.split(",") if kv)))
     none: list[float] = []
-    got: dict[str, dict] = {label: {"steps": [], "gpu_ns": 0, "kernels": 0, "lines": {}, "blocks": 0}
-                            for label, _ in configs}
+    got: dict[str, dict] = {label: {"steps": [], "gpu_ns": 0, "kernels": 0, "lines": {}, "blocks": 0, "records": 0,
+                                    "unlinked": 0} for label, _ in configs}
     for _ in range(rounds):
         for label, env in configs:
             torch.cuda.synchronize()
@@ -238,6 +238,8 @@ def variants(step, rounds: int, block: int, specs: list[str]) -> None:
             g["blocks"] += 1
             g["gpu_ns"] += int(prof.cct.inclusive[0, COL["gpu_time"]])
             g["kernels"] += int(prof.cct.inclusive[0, COL["kernel_count"]])
+            g["records"] += int(prof.meta["collector"].get("device_records", 0))
+            g["unlinked"] += int(prof.meta["collector"].get("unlinked_records", 0))  # no launch callback matched
             for k, v in line_times(prof).items():
                 g["lines"][k] = g["lines"].get(k, 0) + v
     base = statistics.median(none)
@@ -252,6 +254,7 @@ def variants(step, rounds: int, block: int, specs: list[str]) -> None:
         out["configs"][label] = {"env": env, "ms": round(med * 1e3, 4), "ratio": round(med / base, 4),
                                  "gpu_ms_per_step": round(g["gpu_ns"] / n / 1e6, 5),
                                  "kernels_per_step": round(g["kernels"] / n, 2),
+                                 "unlinked_pct": round(100.0 * g["unlinked"] / g["records"], 3) if g["records"] else None,
                                  "lines_us_per_step": {k: round(v / n / 1e3, 3) for k, v in top}}
     print(json.dumps(out))
 
