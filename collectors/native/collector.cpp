@@ -87,9 +87,6 @@ at::CallbackHandle g_handle = 0;
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
      g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false, g_diag_no_launch_claims = false,
      g_diag_no_waits = false;  // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
-// noruntimelaunch: no runtime-API callbacks for kernel launches (cudaLaunch*), only the driver's
-// (a runtime launch calls the driver inside): whether half the launch callbacks can go.
-bool g_diag_no_runtime_launch = false;
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -240,7 +237,6 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
   g_diag_no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
   g_diag_no_waits = diag.find("nowaits") != std::string::npos;
-  g_diag_no_runtime_launch = diag.find("noruntimelaunch") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();

@@ -299,8 +299,6 @@ std::string device_on() {
         const char* nm = nullptr;
         if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) != CUPTI_SUCCESS) continue;
         bool launch = wanted(dm.d, nm);
-        if (g_diag_no_runtime_launch && dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && std::string_view(nm).rfind("cudaLaunch", 0) == 0)
-          launch = false;
         bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm) && !g_diag_no_waits;
         if (dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid) {
           g_launch_cbid[cbid] = launch;
