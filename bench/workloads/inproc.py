@@ -95,8 +95,6 @@ def make_nanogpt():
     return step
 
 
-
-
 def make_decode(compiled: bool, tokens: int = 32):
     """gpt-fast's own decode path (generate.py), as its generate() runs it after the prompt."""
     sys.path.insert(0, os.path.join(PROGRAMS, "gpt-fast"))
@@ -190,7 +188,7 @@ def line_times(prof) -> dict[str, int]:
 
 def recorded(profiles: list, steps: int) -> dict:
     """What dlpt's profiles of the profiled blocks hold, per step: GPU time, kernels, GPU time
-    on the top lines."""
+    on the top lines; and the share of device records no launch callback matched."""
     if not profiles:
         return {}
     from dlpt.metrics import COL
@@ -200,23 +198,25 @@ def recorded(profiles: list, steps: int) -> dict:
         for k, v in line_times(p).items():
             lines[k] = lines.get(k, 0) + v
     top = sorted(lines.items(), key=lambda kv: -kv[1])[:12]
+    records = sum(int(p.meta["collector"].get("device_records", 0)) for p in profiles)
+    unlinked = sum(int(p.meta["collector"].get("unlinked_records", 0)) for p in profiles)
     return {"gpu_ms_per_step": round(sum(int(p.cct.inclusive[0, COL["gpu_time"]]) for p in profiles) / steps / 1e6, 5),
             "kernels_per_step": round(sum(int(p.cct.inclusive[0, COL["kernel_count"]]) for p in profiles) / steps, 2),
+            "unlinked_pct": round(100.0 * unlinked / records, 3) if records else None,
             "lines_us_per_step": {k: round(v / steps / 1e3, 3) for k, v in top}}
 
 
 def variants(step, rounds: int, block: int, specs: list[str]) -> None:
     """dlpt in several configurations, each block after an unprofiled one (see the docstring)."""
     from dlpt.collectors.record.session import Recorder
-    from dlpt.metrics import COL
 
     configs = []
     for spec in specs:
         label, _, env = spec.partition("=")
         configs.append((label, dict(kv.split("=", 1) for kv in env.split(",") if kv)))
     none: list[float] = []
-    got: dict[str, dict] = {label: {"steps": [], "gpu_ns": 0, "kernels": 0, "lines": {}, "blocks": 0, "records": 0,
-                                    "unlinked": 0} for label, _ in configs}
+    steps: dict[str, list[float]] = {label: [] for label, _ in configs}
+    profiles: dict[str, list] = {label: [] for label, _ in configs}
     for _ in range(rounds):
         for label, env in configs:
             torch.cuda.synchronize()
@@ -227,36 +227,22 @@ def variants(step, rounds: int, block: int, specs: list[str]) -> None:
             r = Recorder(command="inproc", quiet=True)
             r.start()
             PHASE[0] = "prof"
-            got[label]["steps"] += [step() for _ in range(block)]
-            prof = r.stop()
+            steps[label] += [step() for _ in range(block)]
+            profiles[label].append(r.stop())
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-            g = got[label]
-            g["blocks"] += 1
-            g["gpu_ns"] += int(prof.cct.inclusive[0, COL["gpu_time"]])
-            g["kernels"] += int(prof.cct.inclusive[0, COL["kernel_count"]])
-            g["records"] += int(prof.meta["collector"].get("device_records", 0))
-            g["unlinked"] += int(prof.meta["collector"].get("unlinked_records", 0))  # no launch callback matched
-            for k, v in line_times(prof).items():
-                g["lines"][k] = g["lines"].get(k, 0) + v
     base = statistics.median(none)
     out = {"unprofiled_ms": round(base * 1e3, 4), "device": torch.cuda.get_device_name(0), "configs": {}}
     for label, env in configs:
-        g = got[label]
-        steps = g["steps"]
-        n = len(steps)
         # the first step of each block warms the profiler: left out of the median, kept in the GPU time
-        med = statistics.median([t for i, t in enumerate(steps) if i % block])
-        top = sorted(g["lines"].items(), key=lambda kv: -kv[1])[:12]
+        med = statistics.median([t for i, t in enumerate(steps[label]) if i % block])
         out["configs"][label] = {"env": env, "ms": round(med * 1e3, 4), "ratio": round(med / base, 4),
-                                 "gpu_ms_per_step": round(g["gpu_ns"] / n / 1e6, 5),
-                                 "kernels_per_step": round(g["kernels"] / n, 2),
-                                 "unlinked_pct": round(100.0 * g["unlinked"] / g["records"], 3) if g["records"] else None,
-                                 "lines_us_per_step": {k: round(v / n / 1e3, 3) for k, v in top}}
+                                 **recorded(profiles[label], len(steps[label]))}
     print(json.dumps(out))
+
 
 def main() -> None:
     workload, which = sys.argv[1], sys.argv[2]
