@@ -133,6 +133,22 @@ class Bench:
         else:
             row["read_error"] = rd["error"]
 
+    def json_run(self, key: str, tag: str, cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any] | None:
+        """Run a program that prints one JSON line, unless the budget says it would not fit (the
+        last run of `key` tells how long it takes); its JSON, or None (skipped or failed: said)."""
+        a = self.a
+        if not self.budget.allows(self.est.get(key, a.first_estimate) * 1.2):
+            print(f"  skip {tag}: {self.budget.left():.0f} s left", flush=True)
+            return None
+        r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)), log=self.log,
+                   env=env)
+        self.est[key] = r["wall_s"]
+        line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
+        if line is None:
+            print(f"  {tag}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-8:]), flush=True)
+            return None
+        return json.loads(line)
+
     # ---- a program's step in one process, profilers in turns: the judge
     def part_ab(self) -> None:
         for w in self.a.workloads.split(","):
@@ -145,20 +161,12 @@ class Bench:
         self.res.setdefault("ab", {})[workload] = rows
         for p in range(a.procs):
             for label, which, env in configs:
-                if not self.budget.allows(self.est.get(f"ab/{workload}/{label}", a.first_estimate) * 1.2):
-                    print(f"  skip {workload} {label} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
-                    continue
                 cmd = [rl.PY, os.path.join(rl.WORKLOADS, "inproc.py"), workload, which, str(a.rounds), str(a.block)]
-                r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
-                           log=self.log, env=env)
-                self.est[f"ab/{workload}/{label}"] = r["wall_s"]
-                line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
-                if line is None:
-                    print(f"  {workload} {label} #{p + 1}: failed\n    "
-                          + "\n    ".join((r.err_lines or r.out_lines)[-6:]), flush=True)
+                d = self.json_run(f"ab/{workload}/{label}", f"{workload} {label} #{p + 1}", cmd, env)
+                if d is None:
                     continue
-                rows[label].append(json.loads(line))
-                print(f"  {workload} {label} #{p + 1}: {line}", flush=True)
+                rows[label].append(d)
+                print(f"  {workload} {label} #{p + 1}: {json.dumps(d)}", flush=True)
                 self.save()
         after = {k: ds for k, ds in rows.items() if ds and "after_ms" in ds[0]}
         profiled = {k: ds for k, ds in rows.items() if k not in after}
@@ -202,21 +210,13 @@ class Bench:
             for p in range(a.procs):
                 for label, mode, env in configs:
                     key = f"whole/{workload}/{label}"
-                    if not self.budget.allows(self.est.get(key, a.first_estimate) * 1.2):
-                        print(f"  skip {key} #{p + 1}: {self.budget.left():.0f} s left", flush=True)
-                        continue
                     prog = [os.path.join(rl.WORKLOADS, "inproc.py"), workload, "plain", str(a.rounds), str(a.block)]
                     out = os.path.join(self.work, f"whole-{workload}-{label}-{p}.dlpt")
                     cmd = [rl.PY, *prog] if mode == "none" else rl.dlpt_record(out, *prog)
-                    r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
-                               log=self.log, env=env)
-                    self.est[key] = r["wall_s"]
-                    line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
-                    if line is None:
-                        print(f"  {key} #{p + 1}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-8:]),
-                              flush=True)
+                    d = self.json_run(key, f"{key} #{p + 1}", cmd, env)
+                    if d is None:
                         continue
-                    got[label].append(json.loads(line)["median_ms"])
+                    got[label].append(d["median_ms"])
                     print(f"  {key} #{p + 1}: {got[label][-1]} ms" + (f" ({out})" if mode != "none" else ""), flush=True)
                     self.save()
             base = statistics.median(got[configs[0][0]]) if got[configs[0][0]] else None
@@ -232,19 +232,11 @@ class Bench:
         a = self.a
         specs = [v for v in a.variants.split(";") if v]
         for workload in a.workloads.split(","):
-            if not self.budget.allows(self.est.get(f"variants/{workload}", a.first_estimate) * 1.2):
-                print(f"  skip variants {workload}: {self.budget.left():.0f} s left", flush=True)
-                continue
             cmd = [rl.PY, os.path.join(rl.WORKLOADS, "inproc.py"), workload, "variants", str(a.rounds), str(a.block),
                    *specs]
-            r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)), log=self.log)
-            self.est[f"variants/{workload}"] = r["wall_s"]
-            line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
-            if line is None:
-                print(f"  variants {workload}: failed\n    " + "\n    ".join((r.err_lines or r.out_lines)[-8:]),
-                      flush=True)
+            d = self.json_run(f"variants/{workload}", f"variants {workload}", cmd)
+            if d is None:
                 continue
-            d = json.loads(line)
             self.res.setdefault("variants", {})[workload] = d
             self.save()
             rows = [[label, c["ms"], c["ratio"], c["gpu_ms_per_step"], c["kernels_per_step"], c["unlinked_pct"]]
