@@ -7,7 +7,7 @@
   the GPU machine, more than the differences to measure). Per workload and configuration, the
   median over processes of the profiled step against the pristine one (before any profiler ran
   in that process) and against the unprofiled blocks in between. A configuration is a mode
-  inproc.py knows (dlpt, proton, torch.profiler, after, after-none), optionally with a label and
+  inproc.py knows (dlpt, proton, torch.profiler, torch.profiler-cuda, after, after-none), optionally with a label and
   environment: `old-backward=dlpt:DLPT_DIAG=rfbackward`.
 - `variants`: where dlpt's cost goes: per workload one process running dlpt in the `--variants`
   configurations in turns with unprofiled blocks (inproc.py's `variants` mode): each one's step
@@ -156,7 +156,7 @@ class Bench:
 
     def ab_one(self, workload: str) -> None:
         a = self.a
-        configs = [rl.parse_config(c) for c in a.ab.split(",") if c]
+        configs = rl.parse_configs(a.ab)
         rows: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in configs}
         self.res.setdefault("ab", {})[workload] = rows
         for p in range(a.procs):
@@ -203,7 +203,7 @@ class Bench:
     # ---- whole processes: inproc.py's `plain` mode as it is and under `dlpt record`, in turns
     def part_whole(self) -> None:
         a = self.a
-        configs = [rl.parse_config(c) for c in a.whole.split(",") if c]
+        configs = rl.parse_configs(a.whole)
         for workload in a.workloads.split(","):
             got: dict[str, list[float]] = {c[0]: [] for c in configs}
             self.res.setdefault("whole", {})[workload] = got
@@ -431,7 +431,8 @@ def gpu_overhead(argv: list[str]) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="?", default="ab,steps,timm",
                     help="comma-separated: ab,variants,whole,nanogpt,steps,timm")
-    ap.add_argument("--ab", default="dlpt,proton,torch.profiler", help="ab part: comma-separated configurations")
+    ap.add_argument("--ab", default="dlpt,proton,torch.profiler", help="ab part: configurations, comma-separated "
+                    "(';' where one sets several variables: 'dlpt;cupti=dlpt:DLPT_HOST=0,DLPT_SAMPLE_US=0')")
     ap.add_argument("--procs", type=int, default=3, help="ab part: processes per configuration")
     ap.add_argument("--rounds", type=int, default=12, help="ab part: blocks unprofiled and profiled per process")
     ap.add_argument("--block", type=int, default=10, help="ab and variants parts: steps per block")

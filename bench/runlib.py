@@ -62,6 +62,12 @@ def parse_config(config: str) -> tuple[str, str, dict[str, str]]:
     return label or config, mode, dict(kv.split("=", 1) for kv in envs.split(",") if kv)
 
 
+def parse_configs(text: str) -> list[tuple[str, str, dict[str, str]]]:
+    """A list of configurations: comma-separated, or ';'-separated where one sets several
+    variables (`K=V,K=V` uses the comma)."""
+    return [parse_config(c) for c in text.split(";" if ";" in text else ",") if c]
+
+
 def out_dir() -> str:
     """$OUT (the device tool's folder that comes back), else a fresh temp folder."""
     d = os.environ.get("OUT") or tempfile.mkdtemp(prefix="dlpt-bench-")

@@ -41,3 +41,17 @@ def test_an_unknown_case_or_device_part_exits_2() -> None:
         r = subprocess.run([sys.executable, "bench/run.py", *argv], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 2, (argv, r.stdout, r.stderr)
         assert "bench/run.py" in r.stderr
+
+
+def test_configurations_with_several_variables_split_on_semicolons() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import runlib
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert runlib.parse_configs("dlpt,proton") == [("dlpt", "dlpt", {}), ("proton", "proton", {})]
+    assert runlib.parse_configs("dlpt;lean=dlpt:DLPT_HOST=0,DLPT_SAMPLE_US=0;torch.profiler-cuda") == [
+        ("dlpt", "dlpt", {}),
+        ("lean", "dlpt", {"DLPT_HOST": "0", "DLPT_SAMPLE_US": "0"}),
+        ("torch.profiler-cuda", "torch.profiler-cuda", {}),
+    ]

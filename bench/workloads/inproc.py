@@ -20,7 +20,7 @@ Every step ends in a synchronize (the decode loop's tokens, the loss read).
 gpt-fast is not in the project's shared/programs: copy model.py, generate.py and tokenizer.py of
 github.com/pytorch-labs/gpt-fast (commit 32971d3 measured) into shared/programs/gpt-fast/.
 
-    python bench/workloads/inproc.py WORKLOAD dlpt|torch.profiler|proton [ROUNDS] [BLOCK]
+    python bench/workloads/inproc.py WORKLOAD dlpt|torch.profiler|torch.profiler-cuda|proton [ROUNDS] [BLOCK]
 prints one JSON line: median step (ms) unprofiled and profiled, and the ratio; also the median
 before the profiler first ran (pristine) and the profiled steps' ratio to it.
 
@@ -297,11 +297,15 @@ def main() -> None:
 
         def off(r: object) -> None:
             profiles.append(r.stop())  # type: ignore[attr-defined]
-    elif which == "torch.profiler":
+    elif which in ("torch.profiler", "torch.profiler-cuda"):
         from torch.profiler import ProfilerActivity, profile
 
+        # torch.profiler-cuda: CUDA activities only, no op events or stacks: Kineto's leanest
+        # configuration, what CUPTI's kernel tracing costs through it.
+        acts = [ProfilerActivity.CUDA] if which.endswith("-cuda") else [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
         def on() -> object:
-            p = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
+            p = profile(activities=acts, with_stack=not which.endswith("-cuda"))
             p.__enter__()
             return p
 
