@@ -114,3 +114,32 @@ def test_host_time_is_conserved_and_bounded_by_the_window(recorded: tuple[dlpt.P
     assert wall >= main_thread
     # Two threads: the main thread's time plus the loader's sleep, no more than both windows.
     assert main_thread * 0.9 <= inc[0] <= 2 * wall
+
+
+def test_the_main_thread_samples_itself_and_the_sampler_reads_the_rest(
+        recorded: tuple[dlpt.Profile, dict, Path]) -> None:
+    # The main thread runs Python and ops most of the run: it samples itself (pending calls, no
+    # GIL handed to the sampler), and the lines above got their time from those samples; the
+    # sleeping main thread and the loader thread are read by the sampler with the GIL. While the
+    # loader lives, the sampler's own reads wait for the GIL (up to the switch interval, 5 ms),
+    # and it asks the main thread once per wake: fewer than one self-sample a period then.
+    prof, truth, _ = recorded
+    s = prof.meta["host_sampler"]
+    ran = (truth["prep"] + truth["matmul"]) * 1e9 / s["period_ns"]
+    assert s["self"] >= 0.1 * ran, s
+    assert s["samples"] > 0, s
+
+
+def test_the_sampler_reading_every_thread_with_the_gil_puts_time_on_the_same_lines(tmp_path: Path) -> None:
+    # DLPT_DIAG=samplergil: the sampler reads the main thread too, as before self-sampling; the
+    # same program's lines get the same time within the tolerances above.
+    (tmp_path / "prog.py").write_text(textwrap.dedent(PROGRAM))
+    env = {**os.environ, "DLPT_DIAG": "samplergil"}
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "-o", "run.dlpt", "prog.py", "truth.json"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    prof, truth = dlpt.load(str(tmp_path / "run.dlpt")), json.loads((tmp_path / "truth.json").read_text())
+    assert prof.meta["host_sampler"]["self"] == 0
+    got, text = _by_line(prof), (tmp_path / "prog.py").read_text()
+    for marker, key, tol in (("# SLEEP", "sleep", 0.1), ("# MATMUL", "matmul", 0.25)):
+        assert got.get(_line(text, marker), 0) / 1e9 == pytest.approx(truth[key], rel=tol), (key, got)

@@ -86,7 +86,8 @@ at::CallbackHandle g_handle = 0;
 // by launches in backward (autograd.h).
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
      g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false, g_diag_no_launch_claims = false,
-     g_diag_no_waits = false;  // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
+     g_diag_no_waits = false,  // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
+     g_diag_sampler_gil = false;  // samplergil: the sampler reads the main thread with the GIL too (host.h)
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -237,6 +238,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
   g_diag_no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
   g_diag_no_waits = diag.find("nowaits") != std::string::npos;
+  g_diag_sampler_gil = diag.find("samplergil") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();
@@ -445,6 +447,7 @@ py::dict host_snapshot() {
                                      std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();
   d["samples"] = g_samples.load();
   d["sample_waits"] = g_sample_waits.load();
+  d["self_samples"] = g_self_samples.load();
   d["sample_period_ns"] = g_sample_period_ns;
   return d;
 }

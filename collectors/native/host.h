@@ -43,7 +43,7 @@ std::unordered_map<int64_t, int64_t> g_sync_ns;  // node → sync time (ns)
 std::vector<HostInterval> g_intervals;
 std::unordered_map<int64_t, HostRun> g_runs;  // thread id → its open interval
 std::unordered_set<int64_t> g_ignored_tids;   // dlpt's own Python threads (the snapshot writer)
-std::atomic<int64_t> g_samples{0}, g_sample_waits{0};
+std::atomic<int64_t> g_samples{0}, g_sample_waits{0}, g_self_samples{0};
 int64_t g_window_start = 0, g_window_end = 0;  // steady clock (ns)
 std::atomic<bool> g_window_open{false};
 bool g_keep_intervals = false;
@@ -199,10 +199,69 @@ int64_t thread_id_of(PyThreadState* t) {
 #endif
 }
 
-void sample_once(PyThreadState* self, int64_t now, int64_t dt) {
+// One sample of thread `tid`: `dt` of host time to `node`, and its run-length interval (a new one
+// where the node or the sync state changed). The caller holds g_host_mu.
+void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt) {
+  g_host_ns[node] += dt;
+  HostRun& r = g_runs[tid];
+  if (r.node == node && r.sync == sync) return;
+  if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, now - dt, r.node, tid, r.sync});
+  r.node = node;
+  r.sync = sync;
+  r.start = now - dt;
+}
+
+// The recording's main thread samples itself. Taking the GIL from the sampler thread costs the
+// program more than the sample: the main thread, back from an op (torch releases the GIL around
+// each), waits for the sampler to finish and to hand the GIL back, a thread wake-up each time —
+// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md). So the sampler
+// asks the main thread instead, with Py_AddPendingCall (no GIL needed to ask): the interpreter
+// runs the call in the main thread at its next eval-breaker check (a call's return, a loop's
+// back edge), GIL held, at the line that is running, like pyinstrument's in-thread sampling.
+// The time since its last sample goes to that line. A main thread that does not come back to
+// Python for a while (a long synchronisation, a sleep, a C call) is sampled by the sampler with
+// the GIL as before once its sample is late (`kSelfLate` periods), with its sync state. Other
+// threads are read with the GIL: every tick while one of them launches GPU work (idle blame lays
+// their intervals over the GPU's gaps), every `kOtherTicks` ticks while there are others (a
+// data loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz), else every
+// `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
+// every tick (the sampler before this; the comparison).
+constexpr int64_t kSelfLate = 4;
+constexpr int64_t kOtherTicks = 4;
+constexpr int64_t kScanTicks = 16;
+std::atomic<bool> g_self_ok{false};       // pending calls reach the recording's main thread
+std::atomic<bool> g_self_pending{false};  // a self-sample asked for and not run yet
+std::atomic<bool> g_others_seen{true};    // the last read found program threads besides the main one
+std::atomic<bool> g_others_launch{false}; // ... and one of them had launched GPU work
+int64_t g_main_last = 0;                  // the main thread's last sample (steady ns), under g_host_mu
+int64_t g_main_tid = 0;
+
+int self_sample(void*) {
+  g_self_pending.store(false);
+  if (!g_window_open.load() || !g_self_ok.load()) return 0;
+  PyThreadState* t = PyThreadState_Get();
+  if (t != g_main_tstate) {  // not the recording's thread after all: the sampler reads it instead
+    g_self_ok.store(false);
+    return 0;
+  }
+  // The frame caches are the sampler's: shared safely, both read frames only with the GIL.
+  int64_t node = sample_node(t, state_of(t), g_main_tid);
+  int64_t now = steady_ns();
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (!g_window_open.load()) return 0;
+  if (node >= 0) add_sample(g_main_tid, node, 0, now, now - g_main_last);
+  g_main_last = now;
+  g_self_samples.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+// The other threads (and the main thread where `main` says), read with the GIL held. `dt`: the
+// time since the last such read; a thread seen for the first time gets at most one period.
+void sample_once(PyThreadState* self, int64_t now, int64_t dt, bool main) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
+  bool others = false, launching = false;
   for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
-    if (t == self) continue;
+    if (t == self || (t == g_main_tstate && !main)) continue;
     int64_t tid = thread_id_of(t);
     ThreadState* owner = state_of(t);
     {
@@ -211,18 +270,26 @@ void sample_once(PyThreadState* self, int64_t now, int64_t dt) {
     }
     int64_t node = sample_node(t, owner, tid);
     if (node < 0) continue;
+    if (t != g_main_tstate) {
+      others = true;
+      if (owner != nullptr && owner->epoch == g_epoch.load() && owner->launched.load(std::memory_order_relaxed))
+        launching = true;
+    }
     int64_t sync = owner != nullptr ? owner->in_sync.load(std::memory_order_relaxed) : 0;
     seen.emplace_back(tid, node, sync);
   }
+  g_others_seen.store(others);
+  g_others_launch.store(launching);
   std::lock_guard<std::mutex> lk(g_host_mu);
   for (auto& [tid, node, sync] : seen) {
-    g_host_ns[node] += dt;
-    HostRun& r = g_runs[tid];
-    if (r.node == node && r.sync == sync) continue;
-    if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, now - dt, r.node, tid, r.sync});
-    r.node = node;
-    r.sync = sync;
-    r.start = now - dt;
+    int64_t d = dt;
+    if (tid == g_main_tid) {
+      d = now - g_main_last;
+      g_main_last = now;
+    } else if (!g_runs.count(tid)) {
+      d = std::min(dt, g_sample_period_ns);
+    }
+    add_sample(tid, node, sync, now, d);
   }
 }
 
@@ -230,7 +297,7 @@ void sampler_loop() {
   PyGILState_STATE g = PyGILState_Ensure();  // this thread's own PyThreadState, for its life
   PyThreadState* self = PyThreadState_Get();
   PyThreadState* saved = PyEval_SaveThread();
-  int64_t last = steady_ns();
+  int64_t last = steady_ns(), last_read = last, tick = 0;
   auto next = std::chrono::steady_clock::now();
   for (;;) {
     next += std::chrono::nanoseconds(g_sample_period_ns);
@@ -240,22 +307,47 @@ void sampler_loop() {
     }
     auto woke = std::chrono::steady_clock::now();
     if (woke > next + std::chrono::nanoseconds(g_sample_period_ns)) next = woke;  // fell behind: no catch-up burst
-    PyEval_RestoreThread(saved);
     int64_t now = steady_ns();
     if (now - last > 2 * g_sample_period_ns) g_sample_waits.fetch_add(1, std::memory_order_relaxed);
+    last = now;
+    bool main = true, read = true;
+    if (g_self_ok.load()) {
+      if (!g_self_pending.exchange(true) && Py_AddPendingCall(self_sample, nullptr) != 0) g_self_pending.store(false);
+      {
+        std::lock_guard<std::mutex> lk(g_host_mu);
+        main = now - g_main_last > kSelfLate * g_sample_period_ns;
+      }
+      ++tick;
+      read = main || tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0);
+    }
+    if (!read) continue;
+    PyEval_RestoreThread(saved);
+    now = steady_ns();
     if (!g_sampler_stop) {
-      sample_once(self, now, now - last);
+      sample_once(self, now, now - last_read, main);
       g_samples.fetch_add(1, std::memory_order_relaxed);
     }
-    last = now;
+    last_read = now;
     saved = PyEval_SaveThread();
   }
   PyEval_RestoreThread(saved);
   PyGILState_Release(g);
 }
 
-// From start(), with the GIL held: a fresh window, and the sampler unless period is 0.
+// Whether the calling thread is the interpreter's main thread, the one pending calls run in.
+bool on_main_thread() {
+  try {
+    py::object main = py::module_::import("threading").attr("main_thread")();
+    return main.attr("ident").cast<unsigned long>() == PyThread_get_thread_ident();
+  } catch (const py::error_already_set&) {
+    return false;
+  }
+}
+
+// From start(), with the GIL held (g_main_tstate set): a fresh window, and the sampler unless
+// period is 0.
 void host_start(int64_t period_ns, bool keep_intervals) {
+  bool self_ok = !g_diag_sampler_gil && g_main_tstate != nullptr && on_main_thread();
   {
     std::lock_guard<std::mutex> lk(g_host_mu);
     g_host_ns.clear();
@@ -266,7 +358,12 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_window_start = steady_ns();
     g_window_end = 0;
     g_window_open.store(true);
+    g_main_last = g_window_start;
+    g_main_tid = g_main_tstate != nullptr ? thread_id_of(g_main_tstate) : 0;
   }
+  g_self_ok.store(self_ok);
+  g_others_seen.store(true);
+  g_others_launch.store(false);
   {
     std::lock_guard<std::mutex> lk(g_leaf_mu);
     g_busy.clear();
@@ -275,6 +372,7 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   g_coll_k.clear();
   g_samples.store(0);
   g_sample_waits.store(0);
+  g_self_samples.store(0);
   if (g_sampler_ts == nullptr) g_sampler_ts = new ThreadState();
   g_sampler_ts->frames.clear();  // its caches name nodes of the last recording's trie
   g_sampler_ts->epoch = g_epoch.load();
