@@ -214,27 +214,72 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // The recording's main thread samples itself. Taking the GIL from the sampler thread costs the
 // program more than the sample: the main thread, back from an op (torch releases the GIL around
 // each), waits for the sampler to finish and to hand the GIL back, a thread wake-up each time —
-// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md). So the sampler
-// asks the main thread instead, with Py_AddPendingCall (no GIL needed to ask): the interpreter
-// runs the call in the main thread at its next eval-breaker check (a call's return, a loop's
-// back edge), GIL held, at the line that is running, like pyinstrument's in-thread sampling.
-// The time since its last sample goes to that line. A main thread that does not come back to
-// Python for a while (a long synchronisation, a sleep, a C call) is sampled by the sampler with
-// the GIL as before once its sample is late (`kSelfLate` periods), with its sync state. Other
-// threads are read with the GIL: every tick while one of them launches GPU work (idle blame lays
-// their intervals over the GPU's gaps), every `kOtherTicks` ticks while there are others (a
-// data loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz), else every
-// `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
-// every tick (the sampler before this; the comparison).
+// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md) — and a sampler
+// that waits for a thread running pure Python waits up to the switch interval (5 ms). So the
+// sampler asks the main thread instead, with Py_AddPendingCall (no GIL needed to ask): the
+// interpreter runs the call in the main thread at its next eval-breaker check (a call's return,
+// a loop's back edge), GIL held, at the line that is running, like pyinstrument's in-thread
+// sampling; the time since its last sample goes to that line. The same call reads the program's
+// other threads, with the GIL it holds: at every tick while one of them launches GPU work (idle
+// blame lays their intervals over the GPU's gaps), every `kOtherTicks` ticks while there are
+// others (a data loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz),
+// else every `kScanTicks` ticks to find new ones. A main thread that does not come back to
+// Python for `kSelfLate` periods (a synchronisation, a sleep, a long C call: the GIL is then
+// free) is read by the sampler with the GIL, every thread at once, with its sync state, as
+// before. DLPT_DIAG=samplergil reads every thread that way at every tick (the comparison).
 constexpr int64_t kSelfLate = 4;
 constexpr int64_t kOtherTicks = 4;
 constexpr int64_t kScanTicks = 16;
 std::atomic<bool> g_self_ok{false};       // pending calls reach the recording's main thread
 std::atomic<bool> g_self_pending{false};  // a self-sample asked for and not run yet
+std::atomic<bool> g_scan_due{false};      // ... and it reads the other threads too
 std::atomic<bool> g_others_seen{true};    // the last read found program threads besides the main one
 std::atomic<bool> g_others_launch{false}; // ... and one of them had launched GPU work
-int64_t g_main_last = 0;                  // the main thread's last sample (steady ns), under g_host_mu
+int64_t g_main_last = 0;    // the main thread's last sample (steady ns), under g_host_mu
+int64_t g_others_last = 0;  // the other threads' last read, likewise
 int64_t g_main_tid = 0;
+
+// Reads threads with the GIL held by the calling thread (`caller`: the sampler, never read, or
+// the main thread in its pending call): the main thread where `main`, the others where `others`.
+// Each sample carries the time since that thread's last read; a thread seen for the first time
+// gets at most one period.
+void sample_threads(PyThreadState* caller, int64_t now, bool main, bool others) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
+  bool any = false, launching = false;
+  uint64_t epoch = g_epoch.load();
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(caller->interp); t != nullptr; t = PyThreadState_Next(t)) {
+    bool is_main = t == g_main_tstate;
+    if ((t == caller && !is_main) || (is_main ? !main : !others)) continue;
+    int64_t tid = thread_id_of(t);
+    ThreadState* owner = state_of(t);
+    {
+      std::lock_guard<std::mutex> lk(g_host_mu);
+      if (g_ignored_tids.count(tid)) continue;
+    }
+    int64_t node = sample_node(t, owner, tid);
+    if (node < 0) continue;
+    if (!is_main) {
+      any = true;
+      if (owner != nullptr && owner->epoch == epoch && owner->launched.load(std::memory_order_relaxed)) launching = true;
+    }
+    int64_t sync = owner != nullptr ? owner->in_sync.load(std::memory_order_relaxed) : 0;
+    seen.emplace_back(tid, node, sync);
+  }
+  if (others) {
+    g_others_seen.store(any);
+    g_others_launch.store(launching);
+  }
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (!g_window_open.load()) return;
+  for (auto& [tid, node, sync] : seen) {
+    int64_t last = tid == g_main_tid ? g_main_last : g_others_last;
+    int64_t d = now - last;
+    if (tid != g_main_tid && !g_runs.count(tid)) d = std::min(d, g_sample_period_ns);
+    add_sample(tid, node, sync, now, d);
+  }
+  if (main) g_main_last = now;
+  if (others) g_others_last = now;
+}
 
 int self_sample(void*) {
   g_self_pending.store(false);
@@ -245,59 +290,16 @@ int self_sample(void*) {
     return 0;
   }
   // The frame caches are the sampler's: shared safely, both read frames only with the GIL.
-  int64_t node = sample_node(t, state_of(t), g_main_tid);
-  int64_t now = steady_ns();
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (!g_window_open.load()) return 0;
-  if (node >= 0) add_sample(g_main_tid, node, 0, now, now - g_main_last);
-  g_main_last = now;
+  sample_threads(t, steady_ns(), true, g_scan_due.exchange(false));
   g_self_samples.fetch_add(1, std::memory_order_relaxed);
   return 0;
-}
-
-// The other threads (and the main thread where `main` says), read with the GIL held. `dt`: the
-// time since the last such read; a thread seen for the first time gets at most one period.
-void sample_once(PyThreadState* self, int64_t now, int64_t dt, bool main) {
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
-  bool others = false, launching = false;
-  for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
-    if (t == self || (t == g_main_tstate && !main)) continue;
-    int64_t tid = thread_id_of(t);
-    ThreadState* owner = state_of(t);
-    {
-      std::lock_guard<std::mutex> lk(g_host_mu);
-      if (g_ignored_tids.count(tid)) continue;
-    }
-    int64_t node = sample_node(t, owner, tid);
-    if (node < 0) continue;
-    if (t != g_main_tstate) {
-      others = true;
-      if (owner != nullptr && owner->epoch == g_epoch.load() && owner->launched.load(std::memory_order_relaxed))
-        launching = true;
-    }
-    int64_t sync = owner != nullptr ? owner->in_sync.load(std::memory_order_relaxed) : 0;
-    seen.emplace_back(tid, node, sync);
-  }
-  g_others_seen.store(others);
-  g_others_launch.store(launching);
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  for (auto& [tid, node, sync] : seen) {
-    int64_t d = dt;
-    if (tid == g_main_tid) {
-      d = now - g_main_last;
-      g_main_last = now;
-    } else if (!g_runs.count(tid)) {
-      d = std::min(dt, g_sample_period_ns);
-    }
-    add_sample(tid, node, sync, now, d);
-  }
 }
 
 void sampler_loop() {
   PyGILState_STATE g = PyGILState_Ensure();  // this thread's own PyThreadState, for its life
   PyThreadState* self = PyThreadState_Get();
   PyThreadState* saved = PyEval_SaveThread();
-  int64_t last = steady_ns(), last_read = last, tick = 0;
+  int64_t last = steady_ns(), tick = 0;
   auto next = std::chrono::steady_clock::now();
   for (;;) {
     next += std::chrono::nanoseconds(g_sample_period_ns);
@@ -310,24 +312,24 @@ void sampler_loop() {
     int64_t now = steady_ns();
     if (now - last > 2 * g_sample_period_ns) g_sample_waits.fetch_add(1, std::memory_order_relaxed);
     last = now;
-    bool main = true, read = true;
     if (g_self_ok.load()) {
-      if (!g_self_pending.exchange(true) && Py_AddPendingCall(self_sample, nullptr) != 0) g_self_pending.store(false);
+      bool late;
       {
         std::lock_guard<std::mutex> lk(g_host_mu);
-        main = now - g_main_last > kSelfLate * g_sample_period_ns;
+        late = now - g_main_last > kSelfLate * g_sample_period_ns;
       }
       ++tick;
-      read = main || tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0);
+      if (tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0))
+        g_scan_due.store(true);
+      if (!g_self_pending.exchange(true) && Py_AddPendingCall(self_sample, nullptr) != 0) g_self_pending.store(false);
+      if (!late) continue;
     }
-    if (!read) continue;
     PyEval_RestoreThread(saved);
-    now = steady_ns();
     if (!g_sampler_stop) {
-      sample_once(self, now, now - last_read, main);
+      g_scan_due.store(false);
+      sample_threads(self, steady_ns(), true, true);
       g_samples.fetch_add(1, std::memory_order_relaxed);
     }
-    last_read = now;
     saved = PyEval_SaveThread();
   }
   PyEval_RestoreThread(saved);
@@ -358,7 +360,7 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_window_start = steady_ns();
     g_window_end = 0;
     g_window_open.store(true);
-    g_main_last = g_window_start;
+    g_main_last = g_others_last = g_window_start;
     g_main_tid = g_main_tstate != nullptr ? thread_id_of(g_main_tstate) : 0;
   }
   g_self_ok.store(self_ok);

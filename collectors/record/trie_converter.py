@@ -214,8 +214,8 @@ class TrieConverter:
             meta["window"] = {"start": host.window_start, "end": end}
             if len(host.busy_device) and host.window_end:
                 self._idle(host, info["nmap"], out, meta)
-            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples,
-                                    "self": host.self_samples, "late": host.sample_waits}
+            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples + host.self_samples,
+                                    "late": host.sample_waits}
         prof = fold_sampled_library(build_profile(self.builder, self.frames, out, meta))
         prof.sources.update(self.sources(prof))
         return prof
