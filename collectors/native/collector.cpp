@@ -76,6 +76,7 @@ namespace {
 // ----- the RecordFunction callback -----
 
 void collective_log(int64_t node, int64_t t0, int64_t t1);  // host.h
+void host_self_sample(const ThreadState& ts, int64_t node, int64_t t0);  // host.h
 
 std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
@@ -124,6 +125,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     parent = backward_parent(ts, fn.forwardThreadId(), fn.seqNr());
   } else {
     parent = current_node(ts, frame);
+    if (ts.stack.empty()) host_self_sample(ts, parent, t0);  // the main thread's host-time sample, when due
   }
   const char* name = fn.name();
   int64_t node = op_node(ts, parent, name);

@@ -214,42 +214,53 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // The recording's main thread samples itself. Taking the GIL from the sampler thread costs the
 // program more than the sample: the main thread, back from an op (torch releases the GIL around
 // each), waits for the sampler to finish and to hand the GIL back, a thread wake-up each time —
-// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md) — and a sampler
-// that waits for a thread running pure Python waits up to the switch interval (5 ms). So the
-// sampler asks the main thread instead, with Py_AddPendingCall (no GIL needed to ask): the
-// interpreter runs the call in the main thread at its next eval-breaker check (a call's return,
-// a loop's back edge), GIL held, at the line that is running, like pyinstrument's in-thread
-// sampling; the time since its last sample goes to that line. The same call reads the program's
-// other threads, with the GIL it holds: at every tick while one of them launches GPU work (idle
-// blame lays their intervals over the GPU's gaps), every `kOtherTicks` ticks while there are
-// others (a data loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz),
-// else every `kScanTicks` ticks to find new ones. A main thread that does not come back to
-// Python for `kSelfLate` periods (a synchronisation, a sleep, a long C call: the GIL is then
-// free) is read by the sampler with the GIL, every thread at once, with its sync state, as
-// before. DLPT_DIAG=samplergil reads every thread that way at every tick (the comparison).
-constexpr int64_t kSelfLate = 4;
+// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md). But the op
+// callback already knows where the main thread is at each op it enters: the Python context it
+// reads for the op (the same node the sampler's walk would give). So a top-level op entered on
+// the main thread once its sample is due (a period after the last) is its sample: the time
+// since the last one goes to that line, no GIL, no frame walk of its own. Where the main thread
+// enters no op for a period (pure Python, a sleep, a synchronisation, a long C call) the sampler
+// reads it with the GIL as before, at every tick, with its sync state. (Asking the main thread
+// with Py_AddPendingCall was tried: on 3.11 and 3.12 a call added from another thread does not
+// raise the eval breaker, so a pure-Python stretch went unsampled until its end.) Other threads
+// are read with the GIL: every tick while one of them launches GPU work (idle blame lays their
+// intervals over the GPU's gaps), every `kOtherTicks` ticks while there are others (a data
+// loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz), else every
+// `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
+// every tick (the sampler before this; the comparison).
 constexpr int64_t kOtherTicks = 4;
 constexpr int64_t kScanTicks = 16;
-std::atomic<bool> g_self_ok{false};       // pending calls reach the recording's main thread
-std::atomic<bool> g_self_pending{false};  // a self-sample asked for and not run yet
-std::atomic<bool> g_scan_due{false};      // ... and it reads the other threads too
-std::atomic<bool> g_others_seen{true};    // the last read found program threads besides the main one
-std::atomic<bool> g_others_launch{false}; // ... and one of them had launched GPU work
+std::atomic<bool> g_self_ok{false};        // the op callback samples the main thread
+std::atomic<int64_t> g_self_due{INT64_MAX};  // the tick count from which its next sample is due
+std::atomic<int64_t> g_period_ticks{0};      // the period in ticks (set by the sampler once it can tell)
+std::atomic<bool> g_others_seen{true};     // the last read found program threads besides the main one
+std::atomic<bool> g_others_launch{false};  // ... and one of them had launched GPU work
 int64_t g_main_last = 0;    // the main thread's last sample (steady ns), under g_host_mu
 int64_t g_others_last = 0;  // the other threads' last read, likewise
 int64_t g_main_tid = 0;
 
-// Reads threads with the GIL held by the calling thread (`caller`: the sampler, never read, or
-// the main thread in its pending call): the main thread where `main`, the others where `others`.
-// Each sample carries the time since that thread's last read; a thread seen for the first time
-// gets at most one period.
-void sample_threads(PyThreadState* caller, int64_t now, bool main, bool others) {
+// From the op callback (collector.cpp), at a top-level op with its Python context `node`.
+void host_self_sample(const ThreadState& ts, int64_t node, int64_t t0) {
+  if (t0 < g_self_due.load(std::memory_order_relaxed) || ts.py != g_main_tstate || node < 0) return;
+  g_self_due.store(t0 + g_period_ticks.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  int64_t now = steady_ns();
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (!g_window_open.load()) return;
+  add_sample(g_main_tid, node, 0, now, now - g_main_last);
+  g_main_last = now;
+  g_self_samples.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Reads threads with the GIL held: the main thread where `main`, the others where `others`
+// (never the sampler itself). Each sample carries the time since that thread's last read; a
+// thread seen for the first time gets at most one period.
+void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
   bool any = false, launching = false;
   uint64_t epoch = g_epoch.load();
-  for (PyThreadState* t = PyInterpreterState_ThreadHead(caller->interp); t != nullptr; t = PyThreadState_Next(t)) {
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
     bool is_main = t == g_main_tstate;
-    if ((t == caller && !is_main) || (is_main ? !main : !others)) continue;
+    if (t == self || (is_main ? !main : !others)) continue;
     int64_t tid = thread_id_of(t);
     ThreadState* owner = state_of(t);
     {
@@ -272,27 +283,12 @@ void sample_threads(PyThreadState* caller, int64_t now, bool main, bool others) 
   std::lock_guard<std::mutex> lk(g_host_mu);
   if (!g_window_open.load()) return;
   for (auto& [tid, node, sync] : seen) {
-    int64_t last = tid == g_main_tid ? g_main_last : g_others_last;
-    int64_t d = now - last;
+    int64_t d = now - (tid == g_main_tid ? g_main_last : g_others_last);
     if (tid != g_main_tid && !g_runs.count(tid)) d = std::min(d, g_sample_period_ns);
     add_sample(tid, node, sync, now, d);
   }
   if (main) g_main_last = now;
   if (others) g_others_last = now;
-}
-
-int self_sample(void*) {
-  g_self_pending.store(false);
-  if (!g_window_open.load() || !g_self_ok.load()) return 0;
-  PyThreadState* t = PyThreadState_Get();
-  if (t != g_main_tstate) {  // not the recording's thread after all: the sampler reads it instead
-    g_self_ok.store(false);
-    return 0;
-  }
-  // The frame caches are the sampler's: shared safely, both read frames only with the GIL.
-  sample_threads(t, steady_ns(), true, g_scan_due.exchange(false));
-  g_self_samples.fetch_add(1, std::memory_order_relaxed);
-  return 0;
 }
 
 void sampler_loop() {
@@ -309,25 +305,27 @@ void sampler_loop() {
     }
     auto woke = std::chrono::steady_clock::now();
     if (woke > next + std::chrono::nanoseconds(g_sample_period_ns)) next = woke;  // fell behind: no catch-up burst
-    int64_t now = steady_ns();
+    int64_t now = steady_ns(), prev = last;
     if (now - last > 2 * g_sample_period_ns) g_sample_waits.fetch_add(1, std::memory_order_relaxed);
     last = now;
+    bool main = true, others = true;
     if (g_self_ok.load()) {
-      bool late;
+      if (g_period_ticks.load() == 0) {  // a period has passed since the start: the tick rate is known
+        // 0.9 of a period: an op-heavy main thread then samples itself within nearly every tick.
+        g_period_ticks.store(std::max<int64_t>(1, int64_t(0.9 * double(g_sample_period_ns) / ns_per_tick())));
+        g_self_due.store(ticks());
+      }
       {
         std::lock_guard<std::mutex> lk(g_host_mu);
-        late = now - g_main_last > kSelfLate * g_sample_period_ns;
+        main = g_main_last <= prev;  // not sampled by its op callback since the last tick
       }
       ++tick;
-      if (tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0))
-        g_scan_due.store(true);
-      if (!g_self_pending.exchange(true) && Py_AddPendingCall(self_sample, nullptr) != 0) g_self_pending.store(false);
-      if (!late) continue;
+      others = tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0);
+      if (!main && !others) continue;
     }
     PyEval_RestoreThread(saved);
     if (!g_sampler_stop) {
-      g_scan_due.store(false);
-      sample_threads(self, steady_ns(), true, true);
+      sample_threads(self, steady_ns(), main, others);
       g_samples.fetch_add(1, std::memory_order_relaxed);
     }
     saved = PyEval_SaveThread();
@@ -336,20 +334,10 @@ void sampler_loop() {
   PyGILState_Release(g);
 }
 
-// Whether the calling thread is the interpreter's main thread, the one pending calls run in.
-bool on_main_thread() {
-  try {
-    py::object main = py::module_::import("threading").attr("main_thread")();
-    return main.attr("ident").cast<unsigned long>() == PyThread_get_thread_ident();
-  } catch (const py::error_already_set&) {
-    return false;
-  }
-}
-
 // From start(), with the GIL held (g_main_tstate set): a fresh window, and the sampler unless
 // period is 0.
 void host_start(int64_t period_ns, bool keep_intervals) {
-  bool self_ok = !g_diag_sampler_gil && g_main_tstate != nullptr && on_main_thread();
+  bool self_ok = !g_diag_sampler_gil && g_main_tstate != nullptr;
   {
     std::lock_guard<std::mutex> lk(g_host_mu);
     g_host_ns.clear();
@@ -363,6 +351,8 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_main_last = g_others_last = g_window_start;
     g_main_tid = g_main_tstate != nullptr ? thread_id_of(g_main_tstate) : 0;
   }
+  g_self_due.store(INT64_MAX);  // until the sampler knows the tick rate
+  g_period_ticks.store(0);
   g_self_ok.store(self_ok);
   g_others_seen.store(true);
   g_others_launch.store(false);
