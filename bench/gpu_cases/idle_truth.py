@@ -10,7 +10,8 @@ Each measured statement sits on its own line; the line before it notes its numbe
 - `torch.cuda.synchronize()` after a large matmul and `.item()` after another: the wall time of
   the blocking line is sync time.
 The check prints each line's figure from the profile against the truth and exits 1 when idle or
-sync on a line is off by more than 5% (15% for the tiny-kernel loop).
+sync on a line is off by more than 5% (for the tiny-kernel loop: below by more than 5%, or above by
+more than 2 µs a kernel, the GPU's own gap between back-to-back kernels, or 5% where that is more).
 """
 
 import json
@@ -71,6 +72,7 @@ def run(out: str) -> None:
             busy += e0.elapsed_time(e1) * 1e6
         note(ln, "idle_ns", wall - busy)
         note(ln, "tiny", 1)
+        note(ln, "kernels", n)
 
         y = a @ b
         for _ in range(20):
@@ -106,10 +108,18 @@ def check(profile: str, truth_path: str) -> int:
                 continue
             got = float(rows[metric].sum()) if len(rows) else 0.0
             err = (got - t[key]) / t[key]
-            limit = 0.15 if "tiny" in t else 0.05
-            ok = abs(err) <= limit
+            ok = abs(err) <= 0.05
+            extra = ""
+            if "tiny" in t:
+                # CUPTI's records leave the GPU's own gap between back-to-back kernels idle, which the
+                # truth's events count as busy: up to 2 µs a kernel more (1.2–1.6 µs measured on H100
+                # and H200), an amount per kernel, not a share of a truth that moves with the host.
+                kernels = t.get("kernels", 5000 * t["tiny"])
+                per = (got - t[key]) / kernels
+                ok = -0.05 * t[key] <= got - t[key] <= max(0.05 * t[key], 2000 * kernels)
+                extra = f"  ({per / 1e3:+.2f} µs a kernel, limit +2)"
             bad += not ok
-            print(f"{line:>6} {metric:>14} {t[key] / 1e6:10.2f} {got / 1e6:10.2f} {err:+8.1%} {'ok' if ok else 'OFF'}")
+            print(f"{line:>6} {metric:>14} {t[key] / 1e6:10.2f} {got / 1e6:10.2f} {err:+8.1%} {'ok' if ok else 'OFF'}{extra}")
     return 1 if bad else 0
 
 
