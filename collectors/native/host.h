@@ -10,7 +10,9 @@
 // frame changes only while its thread holds the GIL). Torch's bindings release the GIL around
 // every op and every synchronisation, so a program that launches work is read on time; a
 // thread that runs pure Python hands the GIL over within the switch interval (5 ms), so its
-// samples come that often and each carries the time that passed. Measured: docs/BENCHMARKS.md.
+// samples come that often and each carries the time that passed. The recording's main thread is
+// sampled by its own op callback where it enters ops (see host_self_sample). Measured:
+// docs/BENCHMARKS.md.
 //
 // Idle blame needs to know what the host did *when*: each thread's samples are kept as
 // run-length intervals (start, end, node, thread, in-sync), which dlpt/idle.py lays over the GPU's
