@@ -291,7 +291,9 @@ def test_profiler_log_lines_stay_off_the_programs_stderr(tmp_path: Path) -> None
 
 
 def test_calls_without_ops_leave_no_nodes(tmp_path: Path) -> None:
-    # Python work with no torch op beneath (imports, pure-Python helpers) adds nothing to the tree.
+    # Python work with no torch op beneath (imports, pure-Python helpers) adds nothing to the tree
+    # but the host time the sampler found there: the op callback makes no node for it, and a
+    # 5 ms stretch is sampled or not by chance (the GIL changes hands every 5 ms).
     r = record(tmp_path, """
         import json, torch
 
@@ -304,7 +306,11 @@ def test_calls_without_ops_leave_no_nodes(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
     assert prof.cct.inclusive.any(axis=1).all()
-    assert not any(f.function in ("busy", "dumps", "<genexpr>") for f in prof.frames)
+    sampled = [COL["host_time"], COL["gpu_idle_time"]]
+    others = np.delete(prof.cct.inclusive, sampled, axis=1)
+    for i in range(len(prof.cct)):
+        if prof.frames[prof.cct.frame[i]].function in ("busy", "dumps", "<genexpr>"):
+            assert not others[i].any(), (prof.frames[prof.cct.frame[i]], others[i])
     assert any(f.has_source and f.line == line_of(tmp_path, "prog.py", "the one op line") for f in prof.frames)
 
 
