@@ -222,13 +222,14 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // the main thread once its sample is due (a period after the last) is its sample: the time
 // since the last one goes to that line, no GIL, no frame walk of its own. Where the main thread
 // enters no op for a period (pure Python, a sleep, a synchronisation, a long C call) the sampler
-// reads it with the GIL as before, at every tick, with its sync state. (Asking the main thread
+// reads it with the GIL as before, at every tick, with its sync state, and every other thread
+// with it. (Asking the main thread
 // with Py_AddPendingCall was tried: on 3.11 and 3.12 a call added from another thread does not
-// raise the eval breaker, so a pure-Python stretch went unsampled until its end.) Other threads
-// are read with the GIL: every tick while one of them launches GPU work (idle blame lays their
-// intervals over the GPU's gaps), every `kOtherTicks` ticks while there are others (a data
-// loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz), else every
-// `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
+// raise the eval breaker, so a pure-Python stretch went unsampled until its end.) While the
+// main thread samples itself, other threads are read with the GIL every tick while one of them
+// launches GPU work (idle blame lays their intervals over the GPU's gaps), every `kOtherTicks`
+// ticks while there are others (a data loader's pin-memory thread, a progress bar's monitor:
+// py-spy reads at 100 Hz), else every `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
 // every tick (the sampler before this; the comparison).
 constexpr int64_t kOtherTicks = 4;
 constexpr int64_t kScanTicks = 16;
@@ -322,8 +323,10 @@ void sampler_loop() {
         main = g_main_last <= prev;  // not sampled by its op callback since the last tick
       }
       ++tick;
-      others = tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0);
-      if (!main && !others) continue;
+      // A read that takes the GIL for the main thread reads the others too: it costs no more.
+      others = main || tick % kScanTicks == 0 || g_others_launch.load() ||
+               (g_others_seen.load() && tick % kOtherTicks == 0);
+      if (!others) continue;
     }
     PyEval_RestoreThread(saved);
     if (!g_sampler_stop) {

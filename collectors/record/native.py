@@ -114,9 +114,9 @@ class HostSnapshot(NamedTuple):
     now: int
     cupti_offset: int  # CUPTI's clock minus the steady clock
     realtime_offset: int  # the wall clock minus the steady clock
-    samples: int  # the sampler's reads of the program's threads (with the GIL)
+    samples: int  # the sampler thread's reads of the program's threads (with the GIL)
     sample_waits: int  # wakes that found the GIL held past two periods
-    self_samples: int  # samples the main thread took of itself (host.h: pending calls)
+    self_samples: int  # the main thread's samples taken by its op callback (host.h: host_self_sample)
     sample_period_ns: int
 
     @classmethod
