@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -69,10 +68,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dlpt.Profile, di
     return dlpt.load(str(tmp / "run.dlpt")), json.loads((tmp / "truth.json").read_text()), tmp
 
 
-def _by_line(prof: dlpt.Profile) -> dict[int, int]:
+def _by_line(prof: dlpt.Profile, name: str = "prog.py") -> dict[int, int]:
     fv = flat(hide_library_unless(prof, False), "line")
     return {fr.line: int(fv.exclusive[g, COL["host_time"]]) for g, fr in enumerate(fv.frame)
-            if fr.kind == "python" and os.path.basename(fr.file) == "prog.py"}
+            if fr.kind == "python" and os.path.basename(fr.file) == name}
 
 
 def test_host_time_on_the_lines_that_spent_it(recorded: tuple[dlpt.Profile, dict, Path]) -> None:
@@ -118,8 +117,8 @@ def test_host_time_is_conserved_and_bounded_by_the_window(recorded: tuple[dlpt.P
 
 
 def test_the_main_thread_samples_itself_without_handing_the_gil_over() -> None:
-    # A main thread that runs Python and ops samples itself (host.h: pending calls, no GIL handed
-    # to the sampler): nearly a sample a period, and its time lands on the line that ran.
+    # A main thread that runs Python and ops samples itself (host.h: its op callback, no GIL
+    # handed to the sampler): nearly a sample a period, and its time lands on the line that ran.
     import time
 
     import torch
@@ -141,16 +140,10 @@ def test_the_main_thread_samples_itself_without_handing_the_gil_over() -> None:
         prof = rec.stop()
     period = prof.meta["host_sampler"]["period_ns"]
     assert snap["self_samples"] >= 0.25 * wall * 1e9 / period, (snap["self_samples"], snap["samples"])
-    lines = {fr.line: int(fv) for fr, fv in _loop_lines(prof)}
+    lines = _by_line(prof, os.path.basename(__file__))
     line = loop.__code__.co_firstlineno + 3  # the `x.add_(1)` line
     on_loop = lines.get(line, 0) + lines.get(line - 1, 0)  # the `while` line takes its checks' samples
     assert on_loop / 1e9 == pytest.approx(wall, rel=0.15), (lines, wall)
-
-
-def _loop_lines(prof: dlpt.Profile) -> list[tuple[Any, int]]:
-    fv = flat(hide_library_unless(prof, False), "line")
-    return [(fr, fv.exclusive[g, COL["host_time"]]) for g, fr in enumerate(fv.frame)
-            if fr.kind == "python" and fr.file == __file__]
 
 
 def test_the_sampler_reading_every_thread_with_the_gil_puts_time_on_the_same_lines(tmp_path: Path) -> None:
