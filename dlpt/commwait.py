@@ -64,6 +64,17 @@ def collective_span(profile: Profile) -> int | None:
 def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     """Each profile's comm_wait_time per node (one array per profile, its nodes' exclusive
     values), or None when fewer than two of them logged collective calls."""
+    by_phase = comm_wait_by_phase(profiles)
+    if by_phase is None:
+        return None
+    return [sum(d.values(), np.zeros(len(p.cct), dtype=np.int64)) for p, d in zip(profiles, by_phase)]
+
+
+def comm_wait_by_phase(profiles: list[Profile]) -> list[dict[str | None, np.ndarray]] | None:
+    """`comm_wait_columns` per phase (dlpt/phases.py): each profile's comm_wait_time per node for
+    each phase its collectives ran in (None: a profile without phases). Calls are matched across
+    ranks within a phase, so the start-up's rendezvous (DDP's first broadcast) never pairs with a
+    step's all-reduce."""
     # A rank's collective ops' calls and its collective kernels (`"gpu"`), each kind matched
     # across ranks on its own. GPU recordings need both: the backward pass's ops (DDP's buckets)
     # are not seen on the host there, and NCCL's first call on a communicator waits on the host,
@@ -72,7 +83,7 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
     logs = [[e for e in p.meta.get("collectives") or [] if e.get("start")] for p in profiles]
     if sum(1 for g in logs if g) < 2:
         return None
-    out = [np.zeros(len(p.cct), dtype=np.int64) for p in profiles]
+    out: list[dict[str | None, np.ndarray]] = [{} for _ in profiles]
     calls: dict[tuple, list[tuple[int, int, np.ndarray, np.ndarray | None]]] = {}
     # A rank that logged collective kernels ran its collectives on the GPU (NCCL): its host calls
     # return at once, so a call's wait is what it blocked for, at most its own end (the first call
@@ -83,13 +94,13 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
             node = _node_of_path(p, entry["path"])
             if node is None:
                 continue
-            key = (bool(entry.get("gpu")), *(tuple(f) for f in entry["path"]))
+            key = (bool(entry.get("gpu")), entry.get("phase"), *(tuple(f) for f in entry["path"]))
             clip = on_gpu[r] and not entry.get("gpu")
             calls.setdefault(key, []).append((r, node, np.asarray(entry["start"], dtype=np.int64),
                                               np.asarray(entry["end"], dtype=np.int64) if clip else None))
     # Each instance's waiting interval on each rank: [own start, the last rank's start].
-    spans: list[list[tuple[int, int, int]]] = [[] for _ in profiles]  # per rank: (start, last, node)
-    for per_rank in calls.values():
+    spans: list[list[tuple[int, int, int, str | None]]] = [[] for _ in profiles]  # (start, last, node, phase)
+    for key, per_rank in calls.items():
         if len(per_rank) < 2:
             continue  # an op on one rank only: nothing to wait for
         k = min(len(s) for _, _, s, _ in per_rank)
@@ -97,16 +108,17 @@ def comm_wait_columns(profiles: list[Profile]) -> list[np.ndarray] | None:
         last = starts.max(axis=0)
         for (r, node, _, ends), row in zip(per_rank, starts):
             until = last if ends is None else np.minimum(last, ends[:k])
-            spans[r].extend(zip(row.tolist(), until.tolist(), [node] * k))
+            spans[r].extend(zip(row.tolist(), until.tolist(), [node] * k, [key[1]] * k))
     # A rank waits once for all the collectives it has queued: DDP issues a step's buckets one
     # after another without blocking, and each waits for the same late rank. Summing each
     # instance's interval would count that wait once per bucket, so each instance gets only the
     # part of its interval no earlier one covered (the union, handed out in start order).
     for r, items in enumerate(spans):
         covered = None
-        for start, end, node in sorted(items):
+        for start, end, node, phase in sorted(items, key=lambda x: x[:3]):
             lo = start if covered is None else max(start, covered)
             if end > lo:
-                out[r][node] += end - lo
+                col = out[r].setdefault(phase, np.zeros(len(profiles[r].cct), dtype=np.int64))
+                col[node] += end - lo
             covered = end if covered is None else max(covered, end)
     return out

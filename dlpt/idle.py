@@ -294,6 +294,24 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
     return out
 
 
+def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> dict[str, Any]:
+    """`meta["gpu_idle"]` of several results over one window's parts (the phases of a run):
+    their figures summed, device by device."""
+    out = IdleBlame(per_node=np.zeros(0, dtype=I64), skipped=dict(skipped))
+    for r in results:
+        out.host += r.host
+        out.sync += r.sync
+        for d, v in r.devices.items():
+            t = out.devices.setdefault(d, DeviceIdle())
+            t.window += v.window
+            t.busy += v.busy
+            t.idle += v.idle
+            t.startup += v.startup
+            t.unattributed += v.unattributed
+            t.blamed += v.blamed
+    return out.meta()
+
+
 def idle_column(res: IdleBlame, builder: TreeBuilder, frames: FrameTable,
                 root: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The `gpu_idle_time` column for `ActivityColumns.extra`: the blamed nodes, plus the start-up
@@ -324,3 +342,88 @@ def timeline(windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarr
         busy_at += _cum_length(us, ue, edges)  # the same cumulative length, of busy runs
     frac = np.diff(busy_at) / (np.diff(edges).clip(1) * len(windows))
     return {"t": (edges[:-1] - start).tolist(), "gpu_busy": np.round(frac, 4).tolist()}
+
+
+def span_length(ss: np.ndarray, se: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:
+    """Time both in the sorted, disjoint stretches ss..se and in the sorted, disjoint bs..be."""
+    if not len(ss) or not len(bs):
+        return 0
+    return int((_cum_length(bs, be, se) - _cum_length(bs, be, ss)).sum())
+
+
+def clip_to_spans(ss: np.ndarray, se: np.ndarray, hs: np.ndarray,
+                  he: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of the intervals hs..he inside the sorted, disjoint stretches ss..se:
+    (starts, ends, index of the interval each piece came from)."""
+    hs, he = _arr(hs), _arr(he)
+    if not len(ss) or not len(hs):
+        return np.zeros(0, I64), np.zeros(0, I64), np.zeros(0, I64)
+    k0 = np.searchsorted(se, hs, side="right")  # the first stretch ending after the start
+    k1 = np.searchsorted(ss, he, side="left")  # one past the last stretch starting before the end
+    n = np.maximum(k1 - k0, 0)
+    src = np.repeat(np.arange(len(hs)), n)
+    k = np.repeat(k0, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    s = np.maximum(hs[src], ss[k])
+    e = np.minimum(he[src], se[k])
+    ok = e > s
+    return s[ok], e[ok], src[ok]
+
+
+def blame_phases(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarray, np.ndarray]],
+                 spans: dict[int, tuple[np.ndarray, np.ndarray]], h_start: np.ndarray, h_end: np.ndarray,
+                 h_node: np.ndarray, h_thread: np.ndarray, h_sync: np.ndarray | None,
+                 node_in_phase: Any) -> tuple[dict[int, IdleBlame], dict[str, int]]:
+    """`blame` for each phase of a run (dlpt/phases.py): `spans[p]` are phase p's sorted, disjoint
+    stretches of the window. The idle inside them is blamed on the host intervals' pieces inside
+    them — each piece's node moved into phase p by `node_in_phase(nodes, p)` (a sample taken as
+    the phase changed may name the last phase's node) — and time outside them counts as busy, so
+    that it is neither idle nor blamed. Each result's figures are of p's stretches alone: summed
+    over the phases, busy, idle and every node's blame are the run's, to the nanosecond.
+    Returns the results per phase and what bad input was left out (counted once for the run)."""
+    hs, he, hn, ht = _arr(h_start), _arr(h_end), _arr(h_node), _arr(h_thread)
+    hy = np.zeros(len(hs), dtype=bool) if h_sync is None else np.asarray(h_sync).reshape(-1).astype(bool)
+    skipped: dict[str, int] = {}
+    _add(skipped, NEGATIVE_HOST, int((he < hs).sum()))
+    bad_node = (hn < 0) | (hn >= n_nodes)
+    _add(skipped, UNKNOWN_NODE, int((bad_node & (he >= hs)).sum()))
+    keep = ~bad_node
+    hs, he, hn, ht, hy = hs[keep], he[keep], hn[keep], ht[keep], hy[keep]
+    for _d, (w0, w1) in sorted(windows.items()):
+        bs, be = busy.get(_d, (np.zeros(0, I64), np.zeros(0, I64)))
+        bs, be = _arr(bs), _arr(be)
+        if w1 <= w0:
+            _add(skipped, EMPTY_WINDOW, 1)
+        _add(skipped, NEGATIVE_GPU, int((be < bs).sum()))
+        _add(skipped, OUTSIDE_GPU, int(((be >= bs) & ((be <= w0) | (bs >= w1)) & (be > bs)).sum()))
+    # Every phase's pieces first: moving a node into a phase may make nodes, which every
+    # phase's result must have room for.
+    pieces = {}
+    for p, (ss, se) in spans.items():
+        ps, pe, src = clip_to_spans(_arr(ss), _arr(se), hs, he)
+        pieces[p] = (ps, pe, node_in_phase(hn[src], p) if len(src) else hn[src], src)
+    n = max([n_nodes] + [int(x[2].max()) + 1 for x in pieces.values() if len(x[2])])
+    out = {}
+    for p, (ss, se) in spans.items():
+        ss, se = _arr(ss), _arr(se)
+        ps, pe, pn, src = pieces[p]
+        pbusy = {}
+        for d, (w0, w1) in windows.items():
+            # Outside the phase is "busy" here: the gaps between its stretches, and before and after them.
+            inner = ss[1:], se[:-1]
+            outside_s = np.r_[I64(w0), inner[1], se[-1:]] if len(ss) else np.r_[I64(w0)]
+            outside_e = np.r_[ss[:1], inner[0], I64(w1)] if len(ss) else np.r_[I64(w1)]
+            bs, be = busy.get(d, (np.zeros(0, I64), np.zeros(0, I64)))
+            pbusy[d] = (np.r_[_arr(bs), outside_s], np.r_[_arr(be), outside_e])
+        res = blame(n, windows, pbusy, ps, pe, pn, ht[src], hy[src])
+        for d, (w0, w1) in windows.items():
+            if d in res.devices:
+                dv = res.devices[d]
+                cs, ce = np.clip(ss, w0, w1), np.clip(se, w0, w1)
+                dv.window = int((ce - cs).sum())
+                dv.busy = dv.window - dv.idle
+        # The input checks are the run's (above); a phase's own run adds what only it can tell.
+        for k in (OVERLAP_HOST, HOST_CLOCK):
+            _add(skipped, k, res.skipped.get(k, 0))
+        res.skipped = {}
+        out[p] = res
+    return out, skipped

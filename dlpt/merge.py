@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from dlpt.cct import CCT
-from dlpt.commwait import collective_span, comm_wait_columns
+from dlpt.commwait import collective_span, comm_wait_by_phase
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
+from dlpt.phases import PHASES, STEADY, PhaseTable, phase_profile_rows, table_of
 from dlpt.profile import Activities, Profile, unknown_device_events
 from dlpt.runs import run_conflict
 from dlpt.version import __version__
@@ -110,7 +111,15 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
     # Comm wait needs every rank's collective calls side by side: estimated here, where the
     # ranks meet (dlpt/commwait.py).
     singles = [i for _, i in keyed if not merged_in[i]]
-    waits = dict(zip(singles, comm_wait_columns([profiles[i] for i in singles]) or []))
+    waits = dict(zip(singles, comm_wait_by_phase([profiles[i] for i in singles]) or []))
+    # Each phase's rows follow their nodes (dlpt/phases.py), once any input has phases: an input
+    # without them is all steady state.
+    phased = any(table_of(p) is not None for p in profiles)
+    names: list[str] = list(PHASES)
+    ph_node: list[np.ndarray] = []
+    ph_phase: list[np.ndarray] = []
+    ph_exc: list[np.ndarray] = []
+    ph_act: list[np.ndarray] = []
     for rank, i in keyed:
         p = profiles[i]
         cct = p.cct
@@ -145,11 +154,27 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
             exc = cct.exclusive
             if i in waits:
                 exc = exc.copy()
-                exc[:, COL["comm_wait_time"]] += waits[i]
+                for col in waits[i].values():
+                    exc[:, COL["comm_wait_time"]] += col
             excs.append(exc)
             node_of = np.arange(len(cct)) + offset
             ranks_meta.append(_rank_meta(rank, p))
             offset += len(cct)
+        if phased:
+            t = phase_profile_rows(p)
+            names.extend(n for n in t.names if n not in names)
+            code = np.asarray([names.index(n) for n in t.names], dtype=np.int64)
+            ph_node.append(node_of[t.node])
+            ph_phase.append(code[t.phase] if len(t.phase) else t.phase)
+            ph_exc.append(t.exclusive)
+            ph_act.append(code[t.activity_phase] if len(t.activity_phase) else t.activity_phase)
+            for ph, col in waits.get(i, {}).items():  # comm wait, estimated here, in its phase
+                nz = np.flatnonzero(col)
+                rows = np.zeros((len(nz), len(METRICS)), dtype=np.int64)
+                rows[:, COL["comm_wait_time"]] = col[nz]
+                ph_node.append(node_of[nz])
+                ph_phase.append(np.full(len(nz), names.index(ph if ph in names else STEADY), dtype=np.int64))
+                ph_exc.append(rows)
         act = p.activities
         if len(act):
             act_parts.append(Activities(**{f.name: _remap(f.name, getattr(act, f.name), node_of, fmap)
@@ -170,8 +195,13 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
         dropped = sum(sum((profiles[i].meta.get("collectives_dropped") or {}).values()) for i in singles)
         if dropped:
             meta["comm_wait"] += f"; {dropped:,} collective entries past the log's limit were not kept: it is short"
-    return Profile(frames=list(table.frames), cct=cct, activities=activities, meta=meta, sources=sources,
-                   path=profiles[0].path)
+    out = Profile(frames=list(table.frames), cct=cct, activities=activities, meta=meta, sources=sources,
+                  path=profiles[0].path)
+    if phased:
+        out.phases = PhaseTable(tuple(names), np.concatenate(ph_node), np.concatenate(ph_phase),
+                                np.concatenate(ph_exc), np.concatenate(ph_act) if ph_act else np.zeros(0, np.int64),
+                                cct, activities)
+    return out
 
 
 def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray) -> np.ndarray:
@@ -185,7 +215,7 @@ def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray)
 def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
     m = p.meta
     out: dict[str, Any] = {"rank": rank, "path": p.path}
-    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory",
+    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory", "phases",
               # what tells ranks of one run from other runs (dlpt/runs.py), kept for the next merge
               "run_id", "start_time", "wall_window", "host_pids", "unknown_device_events"):
         if m.get(k) is not None:

@@ -5,13 +5,16 @@ viewers only read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import COL
+
+if TYPE_CHECKING:
+    from dlpt.phases import PhaseTable  # the phases module builds on this one
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
@@ -53,6 +56,9 @@ class Profile:
     meta: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # file name → its text, as recorded
     path: str = ""
+    # Each phase's metrics (dlpt/phases.py): read through `dlpt.phases.table_of`, which checks
+    # that the table indexes this profile's own tree.
+    phases: PhaseTable | None = field(default=None, repr=False, compare=False)
 
     @property
     def collector(self) -> str:

@@ -28,6 +28,7 @@ from dlpt.errors import DlptError
 from dlpt.frames import Frame
 from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column, fmt_bytes
 from dlpt.output import fsync_path, make_temp, new_file_mode, remove_temp_files, unlink_quietly
+from dlpt.phases import PhaseTable, table_of
 from dlpt.profile import ACTIVITY_COLUMNS, Activities, Profile
 
 # sqlite3.SQLITE_FULL exists from Python 3.11 on; dlpt runs on 3.10 too.
@@ -185,6 +186,13 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     con.executemany("INSERT INTO sources VALUES (?, ?)", sorted(profile.sources.items()))
     arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
     arrays.update({f"activity.{c}": getattr(a, c) for c in ACTIVITY_COLUMNS})
+    table = table_of(profile)
+    if table is not None:
+        # Each phase's metrics (dlpt/phases.py), their names in meta; a reader that knows no
+        # phases reads the tree as before.
+        con.execute("INSERT INTO meta VALUES (?, ?)", ("phase_table", json.dumps(list(table.names))))
+        arrays.update({"phase.node": table.node, "phase.phase": table.phase, "phase.exclusive": table.exclusive,
+                       "phase.activity": table.activity_phase})
     con.executemany("INSERT INTO arrays VALUES (?, ?, ?)",
                     [(k, f"{v.dtype.str}:{','.join(map(str, v.shape))}", np.ascontiguousarray(v).tobytes())
                      for k, v in arrays.items()])
@@ -257,7 +265,8 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
     columns: list[Any] = [arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS]  # no count: version 1
     act = Activities(*columns)
-    exc = _metric_columns(arrays["exclusive"], meta.pop("metrics", None) or METRICS_V1, frames, act, path)
+    metric_names = meta.pop("metrics", None) or METRICS_V1
+    exc = _metric_columns(arrays["exclusive"], metric_names, frames, act, path)
     cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
         raise _damaged(path, "nodes refer to missing frames")
@@ -267,7 +276,17 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
         raise _damaged(path, "activities refer to missing nodes")
     sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
-    return Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
+    prof = Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
+    names = meta.pop("phase_table", None)
+    if isinstance(names, list) and "phase.node" in arrays:
+        node, phase = arrays["phase.node"], arrays["phase.phase"]
+        pexc = _metric_columns(arrays["phase.exclusive"], metric_names, frames, Activities.empty(), path)
+        act_phase = arrays.get("phase.activity", np.zeros(0, np.int64))
+        if (len(node) != len(phase) or len(node) != len(pexc) or len(act_phase) != len(act)
+                or (len(node) and (node.min() < 0 or node.max() >= len(cct)))):
+            raise _damaged(path, "the phase table does not match the tree")
+        prof.phases = PhaseTable(tuple(str(n) for n in names), node, phase, pexc, act_phase, cct, act)
+    return prof
 
 
 def _metric_columns(stored: np.ndarray, names: list[str] | tuple[str, ...], frames: list[Frame],

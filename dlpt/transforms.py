@@ -37,18 +37,29 @@ def nearest_marked(cct: CCT, mask: np.ndarray) -> np.ndarray:
 def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     """Remove the nodes whose frame is hidden; their children move up to the nearest kept
     ancestor, merging with siblings of the same frame, and their own metrics go with them.
-    Metric totals are unchanged.
-
-    Vectorised by levels: a kept node's new identity is (new identity of its nearest kept
-    ancestor, frame), assigned for all nodes of one kept-depth at once with `np.unique`, so a
-    million-node tree takes a few dozen numpy passes rather than a Python loop per node."""
+    Metric totals are unchanged."""
     cct = profile.cct
-    n = len(cct)
-    parent = cct.parent
     hide = np.asarray(hidden_frames, dtype=bool)[cct.frame]
     hide[0] = False
     if not hide.any():
         return profile
+    bparent, bframe, node_map = merge_map(cct, hide)
+    exc = sum_rows(node_map, cct.exclusive, len(bparent))
+    act = replace(profile.activities, node=node_map[profile.activities.node])
+    return replace(profile, cct=CCT(bparent, bframe, exc), activities=act)
+
+
+def merge_map(cct: CCT, hide: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(parent, frame, node_map) of the tree without the `hide` nodes (a mask over nodes; never
+    the root), in preorder: a hidden node's children move up to its nearest kept ancestor,
+    merging with siblings of the same frame; `node_map[i]` is where node i (or, hidden, its
+    nearest kept ancestor) went.
+
+    Vectorised by levels: a kept node's new identity is (new identity of its nearest kept
+    ancestor, frame), assigned for all nodes of one kept-depth at once with `np.unique`, so a
+    million-node tree takes a few dozen numpy passes rather than a Python loop per node."""
+    n = len(cct)
+    parent = cct.parent
     # Nearest kept strict ancestor of every node.
     ka = parent.copy()
     live = np.flatnonzero(ka > 0)
@@ -86,10 +97,7 @@ def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     hidden_nodes = np.flatnonzero(hide)
     merged[hidden_nodes] = merged[ka[hidden_nodes]]
     bparent, bframe, new_of_old = renumber(np.concatenate(new_parent), np.concatenate(new_frame))
-    node_map = new_of_old[merged]
-    exc = sum_rows(node_map, cct.exclusive, len(bparent))
-    act = replace(profile.activities, node=node_map[profile.activities.node])
-    return replace(profile, cct=CCT(bparent, bframe, exc), activities=act)
+    return bparent, bframe, new_of_old[merged]
 
 
 def library_mask(profile: Profile) -> np.ndarray:

@@ -48,6 +48,8 @@ def rank_window(meta: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None
     rank's meta; None where it has none."""
     win = meta.get("window")
     wall = int(win["end"]) - int(win["start"]) if isinstance(win, dict) and "end" in win and "start" in win else None
+    if isinstance(win, dict) and "wall" in win:
+        wall = int(win["wall"])  # a phase's window (dlpt/phases.py): the time spent in it, not its span
     gi = meta.get("gpu_idle")
     return wall, gi if isinstance(gi, dict) else None
 

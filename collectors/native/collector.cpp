@@ -230,7 +230,8 @@ std::string switch_on(bool device, bool host) {
 
 // Start a recording: a fresh trie, the host callback, and CUPTI when asked. Returns "" when the
 // device side is on (or was not asked for), else why it could not start.
-std::string start(bool device, bool gil_frames, bool host, const std::string& diag, int64_t sample_ns) {
+std::string start(bool device, bool gil_frames, bool host, const std::string& diag, int64_t sample_ns,
+                  int64_t phase) {
   g_diag_noop = diag.find("noop") != std::string::npos;
   g_diag_no_callbacks = diag.find("nocallbacks") != std::string::npos;
   g_diag_no_activities = diag.find("noactivities") != std::string::npos;
@@ -272,6 +273,19 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_dropped_nodes = 0;
   g_backward_ctx = -1;
   g_epoch.fetch_add(1);
+  {
+    // Phases (trie.h): `phase` is the one the recording starts in; below 0, none (one tree).
+    std::lock_guard<std::mutex> lk(g_phase_mu);
+    g_phase_log.clear();
+    g_compile_depth = 0;
+    g_phase_node.store(0);
+    g_phase_gen.fetch_add(1);
+    g_phase_auto.store(phase == P_STARTUP);
+    if (phase >= 0) {
+      g_phase_base = phase;
+      phase_apply_locked();
+    }
+  }
   g_gil_frames = gil_frames;
   g_main_tstate = PyThreadState_Get();
   g_tick0 = ticks();
@@ -370,7 +384,7 @@ py::bytes column(const std::vector<T>& v) {
 // (busy_device/busy_start/busy_end, merged; CUPTI's clock); the window (steady clock, end 0
 // while recording), CUPTI's clock offset, the threads that launched GPU work.
 py::dict host_snapshot() {
-  std::vector<int64_t> hn, hv, sn, sv, is, ie, in, it, iy, bd, bs, be, launch_tids;
+  std::vector<int64_t> hn, hv, sn, sv, is, ie, in, it, iy, bd, bs, be, launch_tids, pt, pp;
   int64_t w0, w1, now = steady_ns();
   {
     py::gil_scoped_release nogil;
@@ -401,6 +415,10 @@ py::dict host_snapshot() {
       for (ThreadState* t : g_threads)
         if (t->launched.load(std::memory_order_relaxed) && t->epoch == g_epoch.load()) launch_tids.push_back(t->tid);
     }
+    {
+      std::lock_guard<std::mutex> lk(g_phase_mu);
+      for (auto& [t, p] : g_phase_log) pt.push_back(t), pp.push_back(p);
+    }
   }
   py::dict d;
   d["host_node"] = column(hn);
@@ -416,6 +434,8 @@ py::dict host_snapshot() {
   d["busy_start"] = column(bs);
   d["busy_end"] = column(be);
   d["launch_tids"] = column(launch_tids);
+  d["phase_t"] = column(pt);  // each phase change (steady clock) and the phase it started
+  d["phase_id"] = column(pp);
   d["window_start"] = w0;
   d["window_end"] = w1;
   d["now"] = now;
@@ -507,7 +527,9 @@ py::dict stats() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt's online collector: RecordFunction + CUPTI into a calling-context trie";
   m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true,
-        py::arg("diag") = "", py::arg("sample_ns") = 1000000);
+        py::arg("diag") = "", py::arg("sample_ns") = 1000000, py::arg("phase") = -1);
+  m.def("set_phase", &set_phase);
+  m.def("compile_phase", &compile_phase);
   m.def("host_snapshot", &host_snapshot);
   m.def("ignore_this_thread", &ignore_this_thread);
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
@@ -532,6 +554,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     nodes["thread"] = N_THREAD;
     nodes["tid"] = N_TID;
     nodes["unattributed"] = N_UNATTR;
+    nodes["phase"] = N_PHASE;
+    py::dict phases;
+    phases["start-up"] = P_STARTUP;
+    phases["warm-up"] = P_WARMUP;
+    phases["steady"] = P_STEADY;
+    phases["compile"] = P_COMPILE;
+    d["phases"] = phases;
     acts["kernel"] = A_KERNEL;
     acts["htod"] = A_HTOD;
     acts["dtoh"] = A_DTOH;

@@ -146,8 +146,10 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     return;
   }
   if (!g_device_on.load(std::memory_order_relaxed)) return;
-  ThreadState& ts = tstate();
   bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
+  // Before this thread's state is read: the program's first GPU work starts the phase it belongs to.
+  if (launch && g_phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
+  ThreadState& ts = tstate();
   int64_t node = launch_node(ts);
   if (launch) {
     corr_put(cb->correlationId, node);

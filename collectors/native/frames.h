@@ -92,11 +92,12 @@ int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t last
 
 int64_t thread_base(ThreadState& ts, PyThreadState* t) {
   if (ts.base >= 0) return ts.base;
+  int64_t phase = g_phase_node.load(std::memory_order_acquire);  // the root with phases off
   if (t != nullptr && t == g_main_tstate) {
-    ts.base = 0;
+    ts.base = phase;
   } else {
     // A thread dlpt did not see start (started before recording, a C++ thread): its own root.
-    ts.base = intern_node(0, N_TID, int64_t(syscall(SYS_gettid)), 0);
+    ts.base = intern_node(phase, N_TID, int64_t(syscall(SYS_gettid)), 0);
   }
   return ts.base;
 }
@@ -196,7 +197,7 @@ int64_t context(ThreadState& ts) {
     ts.last[size_t(j)] = std::make_tuple(ts.walk_frames[size_t(i)], ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
     ts.last_nodes[size_t(j)] = node;
   }
-  if (n <= 0 && ts.base != 0) {
+  if (n <= 0 && t != g_main_tstate) {
     // A thread with no Python frames of its own — autograd's device threads — works for the
     // `backward()` call that is running, if one is.
     int64_t b = g_backward_ctx.load(std::memory_order_relaxed);

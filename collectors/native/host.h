@@ -178,13 +178,19 @@ int64_t sample_node(PyThreadState* t, ThreadState* owner, int64_t tid) {
   read_frames(s, t);
   int64_t base, cut = 0;
   uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+  int64_t phase = g_phase_node.load(std::memory_order_acquire);
+  base = -1;
   if (t == g_main_tstate) {
-    base = 0;
+    base = phase;
   } else if (owner != nullptr && owner->epoch == epoch && owner->base >= 0) {
-    base = owner->base;
+    // A base from an earlier phase (the thread has entered no op since the change) is derived
+    // again for this one, as the thread itself will do (trie.h, tstate).
+    base = owner->phase_gen == g_phase_gen.load(std::memory_order_acquire) ? owner->base : base_in_phase(owner->base);
     cut = owner->cut;
-  } else {
-    base = intern_node(0, N_TID, tid, 0);
+  }
+  if (base < 0) {
+    base = intern_node(phase, N_TID, tid, 0);
+    cut = 0;
   }
   int64_t n = int64_t(s.walk.size()) - cut;
   if (n <= 0) return -1;

@@ -138,7 +138,7 @@ int64_t memory_node() {
   if (!gil_reads || PyGILState_Check()) return launch_node(ts);
   if (unrecorded_node(ts) != nullptr && (frame == nullptr || frame == ts.bw_frame)) return launch_node(ts);
   g_mem_approx.fetch_add(1, std::memory_order_relaxed);
-  return !ts.last_nodes.empty() ? ts.last_nodes.back() : (ts.base >= 0 ? ts.base : 0);
+  return !ts.last_nodes.empty() ? ts.last_nodes.back() : (ts.base >= 0 ? ts.base : g_phase_node.load(std::memory_order_relaxed));
 }
 
 MemDevice& mem_device(int64_t d) { return g_mem_dev[d]; }

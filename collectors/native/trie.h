@@ -7,7 +7,8 @@ namespace {
 
 
 // Node kinds, as collectors/record/tree.py names them.
-constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, N_TID = 5, N_UNATTR = 6;
+constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, N_TID = 5, N_UNATTR = 6,
+                  N_PHASE = 7;
 // Activity kinds, as dlpt.metrics numbers them.
 constexpr int32_t A_KERNEL = 0, A_HTOD = 1, A_DTOH = 2, A_DTOD = 3, A_OTHER = 4, A_MEMSET = 5;
 
@@ -129,6 +130,78 @@ int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
   return intern_node_locked(parent, kind, a, b);
 }
 
+// ----- phases -----
+// A recording's contexts hang from one node per phase (start-up, warm-up, steady, compile) under
+// the root, so every metric of the tree — host and op time, kernels by their launch, sync, idle,
+// memory — is kept per phase at no cost per op: the phase is where a context is interned, not a
+// field of each record. The converter names the phases and merges them into one tree with a table
+// per phase beside it (dlpt/phases.py). Raw ids, as collectors/record/phases.py knows them:
+// start-up (before any GPU work), warm-up (from the first GPU work to the end of the first step),
+// steady (after it), compile (while torch.compile compiles, autotunes or captures a CUDA graph).
+constexpr int64_t P_STARTUP = 0, P_WARMUP = 1, P_STEADY = 2, P_COMPILE = 3;
+std::atomic<int64_t> g_phase_node{0};   // the current phase's node (0, the root, with phases off)
+std::atomic<uint64_t> g_phase_gen{0};   // bumped at every change: threads re-derive their base
+std::atomic<bool> g_phase_auto{false};  // the first GPU launch ends the start-up phase
+std::mutex g_phase_mu;                  // guards the three below; taken before g_mu
+int64_t g_phase_base = P_STEADY, g_compile_depth = 0;
+std::vector<std::pair<int64_t, int64_t>> g_phase_log;  // (steady ns, phase) at every change
+
+// `node`'s path, from below its phase node (or the root) down, interned again under the current
+// phase's node: a thread started in one phase works on in the next under the same path.
+int64_t rebase(int64_t node) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::vector<Node> chain;
+  for (int64_t n = node; n > 0; n = (*g_nodes)[n].parent) {
+    const Node& x = (*g_nodes)[n];
+    if (x.kind == N_PHASE) break;
+    chain.push_back(x);
+  }
+  int64_t p = g_phase_node.load(std::memory_order_acquire);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) p = intern_node_locked(p, it->kind, it->a, it->b);
+  return p;
+}
+
+// A thread's base as of the current phase: the phase's node itself for the recording's main
+// thread and for a thread of its own root (both re-derived by thread_base), else its path again.
+int64_t base_in_phase(int64_t base) {
+  if (base <= 0) return -1;
+  int32_t kind = (*g_nodes)[base].kind;
+  if (kind == N_PHASE || kind == N_TID) return -1;
+  return rebase(base);
+}
+
+// Under g_phase_mu: the phase now in force; a change interns its node and is logged.
+void phase_apply_locked() {
+  int64_t p = g_compile_depth > 0 ? P_COMPILE : g_phase_base;
+  if (!g_phase_log.empty() && g_phase_log.back().second == p) return;
+  g_phase_node.store(intern_node(0, N_PHASE, p, 0), std::memory_order_release);
+  g_phase_gen.fetch_add(1, std::memory_order_acq_rel);
+  g_phase_log.emplace_back(steady_ns(), p);
+}
+
+// The session's calls (collectors/record/session.py): the base phase (warm-up → steady at the
+// first step), and compile brackets, which may nest and come from any thread.
+void set_phase(int64_t p) {
+  std::lock_guard<std::mutex> lk(g_phase_mu);
+  g_phase_base = p;
+  g_phase_auto.store(false);
+  phase_apply_locked();
+}
+
+void compile_phase(int64_t delta) {
+  std::lock_guard<std::mutex> lk(g_phase_mu);
+  g_compile_depth = std::max<int64_t>(0, g_compile_depth + delta);
+  phase_apply_locked();
+}
+
+// From the CUPTI launch callback (device.h): the program's first GPU work ends its start-up.
+void phase_first_launch() {
+  if (!g_phase_auto.exchange(false)) return;
+  std::lock_guard<std::mutex> lk(g_phase_mu);
+  if (g_phase_base == P_STARTUP) g_phase_base = P_WARMUP;
+  phase_apply_locked();
+}
+
 // ----- per-thread state -----
 
 struct OpenOp {
@@ -205,6 +278,7 @@ struct ThreadState {
   std::atomic<int64_t> in_sync{0};
   int64_t sync_node = -1, sync_t0 = 0;
   std::atomic<bool> launched{false};
+  uint64_t phase_gen = 0;  // the phase its base and prefix cache were made in (see phases below)
 };
 
 // Initial-exec: read with one instruction, not a __tls_get_addr call per op (the extension is
@@ -235,6 +309,13 @@ ThreadState& tstate() {
     s->seq_mark = int64_t(at::sequence_number::peek());  // numbers from before this recording
     s->seq_place = -1;
     s->launched.store(false, std::memory_order_relaxed);
+  }
+  uint64_t g = g_phase_gen.load(std::memory_order_acquire);
+  if (s->phase_gen != g) {  // a new phase: this thread's contexts hang from its node from now on
+    s->phase_gen = g;
+    s->base = base_in_phase(s->base);
+    s->last.clear();
+    s->last_nodes.clear();
   }
   return *s;
 }

@@ -33,9 +33,13 @@ SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 # ----- the boundary: what the extension hands over, with names -----
 
 # Node kinds of the collector's trie (trie.h); `load` checks them against the extension's.
-N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR = range(7)
+N_ROOT, N_PY, N_OP, N_BACKWARD, N_THREAD, N_TID, N_UNATTR, N_PHASE = range(8)
 NODE_KINDS = {"root": N_ROOT, "python": N_PY, "op": N_OP, "backward": N_BACKWARD, "thread": N_THREAD,
-              "tid": N_TID, "unattributed": N_UNATTR}
+              "tid": N_TID, "unattributed": N_UNATTR, "phase": N_PHASE}
+# The collector's raw phases (trie.h): the contexts of each hang from a node of its own.
+# collectors/record/phases.py names them (warm-up is start-up or steady, whether steps came).
+P_STARTUP, P_WARMUP, P_STEADY, P_COMPILE = range(4)
+RAW_PHASES = {"start-up": P_STARTUP, "warm-up": P_WARMUP, "steady": P_STEADY, "compile": P_COMPILE}
 # Activity kinds: the extension numbers them as dlpt.metrics does.
 ACTIVITY_KINDS = {"kernel": KERNEL, "htod": HTOD, "dtoh": DTOH, "dtod": DTOD, "memcpy_other": MEMCPY_OTHER,
                   "memset": MEMSET}
@@ -101,6 +105,8 @@ class HostSnapshot(NamedTuple):
     busy_start: np.ndarray
     busy_end: np.ndarray
     launch_tids: np.ndarray
+    phase_t: np.ndarray  # each phase change (steady clock) ...
+    phase_id: np.ndarray  # ... and the raw phase it started (P_STARTUP, ...)
     coll_node: np.ndarray
     coll_start: np.ndarray
     coll_end: np.ndarray
@@ -131,7 +137,9 @@ class Collector(Protocol):
     """The extension module's functions (collector.cpp's PYBIND11_MODULE)."""
 
     def start(self, device: bool, gil_frames: bool = False, host: bool = True, diag: str = "",
-              sample_ns: int = 1000000) -> str: ...
+              sample_ns: int = 1000000, phase: int = -1) -> str: ...
+    def set_phase(self, phase: int) -> None: ...
+    def compile_phase(self, delta: int) -> None: ...
     def stop(self) -> None: ...
     def flush(self, forced: bool = True) -> None: ...
     def snapshot(self, codes_from: int = 0, names_from: int = 0) -> tuple[Any, ...]: ...
@@ -151,7 +159,8 @@ class Collector(Protocol):
 def check_constants(mod: Collector) -> None:
     """The numbers both sides decode with must agree: a mismatch would misplace every row."""
     c = mod.constants()
-    ours = {"node_kinds": NODE_KINDS, "activity_kinds": ACTIVITY_KINDS, "leaf_columns": LEAF_COLUMNS}
+    ours = {"node_kinds": NODE_KINDS, "activity_kinds": ACTIVITY_KINDS, "leaf_columns": LEAF_COLUMNS,
+            "phases": RAW_PHASES}
     for key, want in ours.items():
         got = dict(c[key]) if isinstance(want, dict) else c[key]
         if got != want:

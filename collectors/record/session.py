@@ -22,10 +22,12 @@ from typing import Any
 
 from dlpt.collectors.record import native
 from dlpt.collectors.record.fused import attribute_compiled
+from dlpt.collectors.record.phases import P_STARTUP, P_STEADY, PhaseHooks
 from dlpt.collectors.record.provenance import Provenance
 from dlpt.collectors.record.trie_converter import TrieConverter
 from dlpt.errors import notice
 from dlpt.layout import OWN_ROOTS
+from dlpt.phases import split_phases
 from dlpt.profile import Profile
 from dlpt.ranks import rank_info
 from dlpt.version import __version__
@@ -86,6 +88,11 @@ class Recorder:
         # model lines they were generated from (on CPU, its C++ kernels become ops to see them).
         self.provenance = Provenance(cwd=os.getcwd(), cpu_kernels=not self.cuda)
         self.attribute = attribute
+        # Phases (collectors/record/phases.py): torch.compile's work is told apart as it happens,
+        # and the first step ends the warm-up. DLPT_PHASES=0 records one tree, as before phases.
+        self.phases = os.environ.get("DLPT_PHASES", "1") != "0"
+        self.phase_hooks = PhaseHooks(self.mod) if self.phases else None
+        self._steady = False
         self._hooks: list[Any] = []
         self._lock = threading.Lock()  # one snapshot or final build at a time
         self._stop_snap = threading.Event()
@@ -134,6 +141,7 @@ class Recorder:
                     save(replace(prof, meta={**prof.meta, "provenance": self.provenance.to_dict()}), keep, force=True)
                 prof = attribute_compiled(prof, self.provenance)
                 prof.sources.update(self.converter.sources(prof))  # stack traces may name new files
+            prof = self._split(prof)
             self.post_seconds = time.perf_counter() - t0
             prof.meta["post_processing_s"] = round(self.post_seconds, 6)
         return prof
@@ -146,6 +154,9 @@ class Recorder:
             return
         self.step_count += 1
         self.mod.memory_step(self.step_count)  # the step of the memory peak
+        if self.on and self.phases and not self._steady:
+            self.mod.set_phase(P_STEADY)  # the first step's end: the warm-up is over
+            self._steady = True
         if self.done or self.steps is None:
             return
         a, b = self.steps
@@ -178,7 +189,10 @@ class Recorder:
         # start_time is the recording window's start in the wall clock (with --steps, the window's):
         # with the window's length it places the recording in time (dlpt/runs.py).
         self.started_at = time.time()
-        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""), sample_ns)
+        # A --steps window opens at a step's end: it is steady state from its start.
+        phase = -1 if not self.phases else P_STEADY if self.step_count else P_STARTUP
+        self._steady = phase == P_STEADY
+        self.device_error = self.mod.start(device, gil, host, os.environ.get("DLPT_DIAG", ""), sample_ns, phase)
         self.mod.memory_step(self.step_count)  # the peak's step counts from the program's steps
         self.on = True
         if self.device_error and not self.quiet:
@@ -225,6 +239,9 @@ class Recorder:
             setattr(th, "run", run_recorded)  # noqa: B010
             return orig_start(th, *a, **k)
 
+        if self.phase_hooks is not None:
+            self.phase_hooks.install()
+            self._hooks.append(self.phase_hooks.remove)
         # setattr: Thread.start is replaced on purpose while recording (restored by the hook below).
         setattr(threading.Thread, "start", start)  # noqa: B010
         self._hooks.append(lambda: setattr(threading.Thread, "start", orig_start))
@@ -271,6 +288,12 @@ class Recorder:
         meta = self._meta(partial)
         return self.converter.profile(snap, meta, host, memory)
 
+    @staticmethod
+    def _split(prof: Profile) -> Profile:
+        """The recorded tree's phase subtrees as one tree with its phase table (dlpt/phases.py)."""
+        names = prof.meta.get("phase_names")
+        return split_phases(prof, names) if isinstance(names, dict) else prof
+
     def _snapshot_loop(self) -> None:
         from dlpt.store import save
 
@@ -282,7 +305,7 @@ class Recorder:
                 if self._stop_snap.is_set():
                     return
                 t0 = time.perf_counter()
-                prof = self._build(partial=True)
+                prof = self._split(self._build(partial=True))
                 self.snapshot_pause_max = max(self.snapshot_pause_max, time.perf_counter() - t0)
                 assert self.snapshot_path is not None  # the snapshot thread runs only with one
                 save(prof, self.snapshot_path, force=True)

@@ -18,9 +18,11 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.memory import add_memory
+from dlpt.collectors.record.phases import RAW_NAMES, named_spans, phase_names, raw_spans, spans_by
 from dlpt.collectors.record.native import (
     N_BACKWARD,
     N_OP,
+    N_PHASE,
     N_PY,
     N_ROOT,
     N_THREAD,
@@ -31,8 +33,9 @@ from dlpt.collectors.record.native import (
     Snapshot,
 )
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
-from dlpt.idle import blame, idle_column, split_by_device, timeline
+from dlpt.idle import IdleBlame, blame, blame_phases, idle_column, merged_meta, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
+from dlpt.phases import phase_frame
 from dlpt.profile import Profile
 from dlpt.sources import read_source
 from dlpt.transforms import fold_into_parents, prune_empty
@@ -67,6 +70,8 @@ class TrieConverter:
         self.leaf_frames: list[int] = []
         self._py_frames: dict[tuple[int, int], int] = {}
         self._sources: dict[str, str | None] = {}
+        self._rehomed: dict[tuple[int, int], int] = {}
+        self._names: dict[str, str] = {}  # raw phase → its name in this profile (phases.phase_names)
 
     # ----- frames -----
 
@@ -102,6 +107,8 @@ class TrieConverter:
             return self.frames.intern(Frame("thread", f"[thread {a}]"))
         if kind == N_UNATTR:
             return self.frames.intern(unattributed_frame(self.names[a]))
+        if kind == N_PHASE:
+            return self.frames.intern(phase_frame(RAW_NAMES.get(a, str(a))))
         return None
 
     # ----- snapshots -----
@@ -154,23 +161,78 @@ class TrieConverter:
         out.extra["sync_time"] = (nmap[host.sync_node], host.sync_ns)
         return {"nmap": nmap, "collectives": self._collectives(host, nmap)}
 
-    def _idle(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns, meta: dict[str, Any]) -> None:
+    def _idle(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns, meta: dict[str, Any],
+              spans: list[tuple[int, int, int]], names: dict[str, str]) -> None:
         """GPU idle blamed on the host lines of the threads that launched GPU work (dlpt/idle.py),
-        in CUPTI's clock; start-up and unattributed idle as named rows under the root. Done for
-        the final profile only: it reads every interval of the run, and a snapshot need not."""
+        in CUPTI's clock, phase by phase: start-up and unattributed idle as named rows under each
+        phase's node (under the root without phases). Done for the final profile only: it reads
+        every interval of the run, and a snapshot need not."""
         off = host.cupti_offset
         w = (host.window_start + off, host.window_end + off)
         skipped: dict[str, int] = {}
         busy = split_by_device(host.busy_device, host.busy_start, host.busy_end, skipped)
         mine = np.isin(host.iv_tid, host.launch_tids) if len(host.launch_tids) else np.ones(len(host.iv_tid), bool)
-        n = len(self.builder)
         windows = {d: w for d in busy}
-        res = blame(n, windows, busy, host.iv_start[mine] + off, host.iv_end[mine] + off,
-                    nmap[host.iv_node[mine]], host.iv_tid[mine], host.iv_sync[mine])
-        res.skipped.update(skipped)
-        out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
-        meta["gpu_idle"] = res.meta()
+        hs, he = host.iv_start[mine] + off, host.iv_end[mine] + off
+        hn, ht, hy = nmap[host.iv_node[mine]], host.iv_tid[mine], host.iv_sync[mine]
         meta.setdefault("timeline", {}).update(timeline(windows, busy, *w))  # beside memory's keys
+        if not spans:
+            res = blame(len(self.builder), windows, busy, hs, he, hn, ht, hy)
+            res.skipped.update(skipped)
+            out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
+            meta["gpu_idle"] = res.meta()
+            return
+        by_raw = spans_by([(s + off, e + off, p) for s, e, p in spans])
+        results, bad = blame_phases(len(self.builder), windows, busy, by_raw, hs, he, hn, ht, hy, self._in_phase)
+        cols_n, cols_v = [], []
+        for raw, res in results.items():
+            nodes, values = idle_column(res, self.builder, self.frames, self._phase_node(raw))
+            cols_n.append(nodes)
+            cols_v.append(values)
+        out.extra["gpu_idle_time"] = (np.concatenate(cols_n), np.concatenate(cols_v))
+        meta["gpu_idle"] = merged_meta(list(results.values()), {**bad, **skipped})
+        for name, ph in meta.get("phases", {}).items():
+            mine_raw = [res for raw, res in results.items() if names[RAW_NAMES[raw]] == name]
+            if mine_raw:
+                ph["gpu_idle"] = merged_meta(mine_raw, {})
+
+    def _phase_node(self, raw: int) -> int:
+        return self.builder.child(0, self.frames.intern(phase_frame(RAW_NAMES.get(raw, str(raw)))))
+
+    def _in_phase(self, nodes: np.ndarray, raw: int) -> np.ndarray:
+        """`nodes` (builder ids) moved under raw phase `raw`'s node: the same path beneath it. A
+        host interval's node is its phase's when it was sampled; one sampled as the phase changed
+        names the last phase's node, and its piece after the change belongs to the new phase."""
+        target = self._phase_node(raw)
+        parent, frame = self.builder.parent, self.builder.frame
+        memo = self._rehomed
+        out = nodes.copy()
+        for i, n in enumerate(nodes.tolist()):
+            key = (n, target)
+            got = memo.get(key)
+            if got is None:
+                path = []
+                m = n
+                while m > 0 and parent[m] > 0:
+                    path.append(frame[m])
+                    m = parent[m]
+                # m: the node under the root heading n's path (its phase node, or n's own top)
+                moved = m != target and m > 0 and self.frames[frame[m]].kind == "phase"
+                got = self.builder.path(path[::-1], target) if moved else n
+                memo[key] = got
+            out[i] = got
+        return out
+
+    @staticmethod
+    def _phase_meta(spans: list[tuple[int, int, int]], names: dict[str, str]) -> dict[str, Any]:
+        """Each phase's wall (time in it) and window (its first start, its last end); its GPU idle
+        figures come with the idle blame (`_idle`)."""
+        out: dict[str, Any] = {}
+        for s, e, raw in spans:
+            ph = out.setdefault(names[RAW_NAMES[raw]], {"wall": 0, "window": {"start": s, "end": e}})
+            ph["wall"] += e - s
+            ph["window"]["end"] = e
+        return out
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
         """Each collective op's calls (host side) and each collective kernel's runs (`"gpu": True`,
@@ -188,13 +250,19 @@ class TrieConverter:
                 by_node.setdefault(n, []).append(i)
             for n, idx in by_node.items():
                 path = []
+                phase = None
                 m = n
                 while m > 0:
                     f = self.frames.frames[frames[m]]
-                    path.append([f.kind, f.name, f.file, f.line, f.function])
+                    if f.kind == "phase":  # the profile's tree has its phases merged: the path without
+                        phase = self._names.get(f.name, f.name)
+                    else:
+                        path.append([f.kind, f.name, f.file, f.line, f.function])
                     m = parents[m]
                 entry: dict[str, Any] = {"path": path[::-1], "start": (starts[idx] + host.realtime_offset).tolist(),
                                          "end": (ends[idx] + host.realtime_offset).tolist()}
+                if phase is not None:
+                    entry["phase"] = phase  # ranks' calls are matched within a phase (dlpt/commwait.py)
                 if gpu:
                     entry["gpu"] = True
                 out.append(entry)
@@ -202,6 +270,11 @@ class TrieConverter:
 
     def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None,
                 memory: dict[str, Any] | None = None) -> Profile:
+        spans: list[tuple[int, int, int]] = []
+        if host is not None:
+            end = host.window_end or host.now  # still recording (a snapshot): up to now
+            spans = raw_spans(host.phase_t, host.phase_id, host.window_start, end)
+        self._names = names = phase_names(int(meta.get("steps_seen") or 0), {p for _, _, p in spans})
         out, info = self.update(snap, host)
         add_memory(memory, np.asarray(self.node_map, dtype=np.int64), self.builder, self.frames, out, meta)
         if info.get("collectives"):
@@ -210,10 +283,13 @@ class TrieConverter:
             if host.coll_dropped or host.collk_dropped:
                 # Past a million entries per log the rest are counted, not kept: comm wait is then short.
                 meta["collectives_dropped"] = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
-            end = host.window_end or host.now  # still recording (a snapshot): up to now
             meta["window"] = {"start": host.window_start, "end": end}
+            if spans:
+                meta["phases"] = self._phase_meta(spans, names)
+                meta["phase_spans"] = named_spans(spans, names)
+                meta["phase_names"] = names
             if len(host.busy_device) and host.window_end:
-                self._idle(host, info["nmap"], out, meta)
+                self._idle(host, info["nmap"], out, meta, spans, names)
             meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples + host.self_samples,
                                     "late": host.sample_waits}
         prof = fold_sampled_library(build_profile(self.builder, self.frames, out, meta))
