@@ -18,7 +18,6 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.memory import add_memory
-from dlpt.collectors.record.phases import RAW_NAMES, named_spans, phase_names, raw_spans, spans_by
 from dlpt.collectors.record.native import (
     N_BACKWARD,
     N_OP,
@@ -32,8 +31,9 @@ from dlpt.collectors.record.native import (
     Leaf,
     Snapshot,
 )
+from dlpt.collectors.record.phases import RAW_NAMES, named_spans, phase_names, raw_spans, spans_by
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
-from dlpt.idle import IdleBlame, blame, blame_phases, idle_column, merged_meta, split_by_device, timeline
+from dlpt.idle import blame, blame_phases, idle_column, merged_meta, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.phases import phase_frame
 from dlpt.profile import Profile
