@@ -176,8 +176,9 @@ class Result(dict):
 
 
 def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
-        env: dict[str, str] | None = None) -> Result:
-    """Run `cmd` in a new process group; time-stamp each line as it arrives. `exit_s` is when
+        env: dict[str, str] | None = None, interrupt_after: float | None = None) -> Result:
+    """Run `cmd` in a new process group; time-stamp each line as it arrives (`interrupt_after`:
+    send it SIGINT after that many seconds, then wait up to `timeout`). `exit_s` is when
     the process was reaped, `last_stdout_s` when its last stdout line arrived: their difference
     is the program's end → process exit (for `dlpt record`: building and saving the profile).
     The child's own peak RSS comes from wait4 (RUSAGE_CHILDREN would mix all children)."""
@@ -206,7 +207,16 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
 
     w = threading.Thread(target=waiter, daemon=True)
     w.start()
-    w.join(timeout)
+    if interrupt_after is not None:
+        # A program that runs until stopped (a training of many epochs): Ctrl-C, as its user
+        # would press it, to the process alone (its dataloader workers follow their parent).
+        w.join(interrupt_after)
+        if w.is_alive():
+            try:
+                os.kill(p.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    w.join(max(timeout - (interrupt_after or 0), 1))
     timed_out = w.is_alive()
     # The whole group goes: on a timeout the program with it, and in any case what it left behind
     # (a dataloader worker outliving its parent) so that it cannot weigh on the next run.

@@ -1,47 +1,62 @@
-"""The diagnosis: a few rules, each a threshold on the profile's figures with the remedy the field
-knows for it (docs/ARCHITECTURE.md, "Why the GPU waits"). A rule reads only the Profile —
+"""The diagnosis: a few rules, each a threshold on the steady state's figures with the remedy the
+field knows for it (docs/ARCHITECTURE.md, "Why the GPU waits"). A rule reads only the Profile —
 metrics, frames, activities, meta — so recorded and imported profiles are diagnosed alike, and
 reports only when its figure crosses its threshold.
 
+Judged on the steady state (dlpt/phases.py): start-up and compiling are one-off work that says
+nothing about the loop the program exists for; compiling has a verdict of its own. Each finding
+says which share of the steady state it explains (`share`, of `of`): the rules read the parts of
+one split of its time (dlpt/evidence.py), so their shares never add up to more than all of it.
+No remedy asks for what the program already does (compiled, graphed, pinned, loader workers).
+
 `findings(profile) -> list[Finding]`, in the order of `RULES`; `Finding.to_json()` is the
-hotspots `summary.findings` item: `{"rule", "lines": ["file:line"], "figure", "remedy"}`.
+hotspots `summary.findings` item: `{"rule", "lines": ["file:line"], "figure", "remedy", "share", "of"}`.
+A command computes them once, on the profile it opened (`dlpt.scope.Scope.apply` keeps them in
+meta as `diagnosis`), since the views it then shows may hold one phase or none of the table.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from dlpt.evidence import SHORT_KERNEL_NS, Evidence, column, evidence
 from dlpt.frames import is_library, short_path
-from dlpt.metrics import COL, HTOD, KERNEL
+from dlpt.metrics import COL, HTOD
+from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
-from dlpt.transforms import nearest_marked, propagate_down
-from dlpt.waits import Waits, rank_window, waits
+from dlpt.waits import rank_window
 
-# Thresholds, named so that the report and the tests speak of the same numbers.
-SHORT_KERNEL_NS = 10_000  # "tiny" kernels: launching one costs about as much as running it
-LAUNCH_BUSY_BELOW = 0.5  # the GPU busy less than half of its window ...
-LAUNCH_HOST_SHARE = 0.5  # ... most of its idle blamed on host lines ...
+# Thresholds, named so that the report and the tests speak of the same numbers. Shares are of
+# the steady state's GPU time (dlpt/evidence.py's D), unless said otherwise.
+GPU_BUSY_ABOVE = 0.90  # the GPU busy above this: GPU-bound
+LAUNCH_BUSY_BELOW = 0.5  # the GPU busy less than half of the time ...
+LAUNCH_SHARE = 0.25  # ... at least this much idle on lines that launch short kernels ...
 LAUNCH_MIN_KERNELS = 100  # ... with at least this many kernels ...
 LAUNCH_SHORT_SHARE = 0.5  # ... most of them short
-SYNC_WALL_SHARE = 0.05  # the host blocked on the GPU at least 5% of the wall time
+HOST_SHARE = 0.20  # idle on the host's own Python lines (none of them launching short kernels)
+SYNC_SHARE = 0.05  # idle in the gaps that followed syncs
 SYNC_LINE_SHARE = 0.01  # a line named for its sync: at least 1% of the wall time
 PAGEABLE_WALL_SHARE = 0.02  # pageable host-to-device copies at least 2% of the wall time
 LOADER_IDLE_SHARE = 0.10  # idle while the data loader fetches: at least 10% of the idle ...
 LOADER_DEVICE_SHARE = 0.05  # ... and 5% of the devices' time
-GPU_BUSY_ABOVE = 0.90
+COMPILE_RUN_SHARE = 0.20  # compiling took at least this share of the run's wall
 RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, 5% of the time it ran in step with them
 TOP_LINES = 3
 
-_LOADER_FILE = "torch/utils/data/"
-# `for batch in loader:`, `for i, (x, y) in enumerate(train_loader):`, `for b in DataLoader(...)`.
-_LOADER_LOOP = re.compile(r"^\s*(async\s+)?for\s.+\sin\s.*(loader|DataLoader)", re.IGNORECASE)
+# Ops that make the host wait for the GPU, and what a user calls them.
+_SYNC_OPS = (
+    (("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"), ".item() (or a Python bool/int/float of a tensor)"),
+    (("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::unique_consecutive",
+      "aten::repeat_interleave", "aten::bincount", "aten::histc"),
+     "an op whose output size depends on the data (nonzero, boolean-mask indexing, unique, masked_select)"),
+    (("aten::to", "aten::_to_copy", "aten::copy_", "aten::tolist"), ".cpu(), .tolist(), .numpy() or a copy to the host"),
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,8 @@ class Finding:
     lines: list[str] = field(default_factory=list)  # "file:line", the costliest first
     figure: str = ""  # the profile's figure that crossed the threshold, in words
     remedy: str = ""
+    share: float | None = None  # the share of `of` this finding explains (0..1)
+    of: str = ""  # "steady state", or "run" (start-up and compile included)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -67,75 +84,71 @@ def _t(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
-class _Lines:
-    """Each node's user line (the innermost non-library source frame on its path) and per-line
-    sums of any per-node column."""
-
-    def __init__(self, profile: Profile) -> None:
-        cct = profile.cct
-        frames = profile.frames
-        user = np.fromiter((f.has_source and not is_library(f) for f in frames), dtype=bool, count=len(frames))
-        owner_node = nearest_marked(cct, user[cct.frame])
-        keys: dict[tuple[str, int], int] = {}
-        self.line_of = np.full(len(cct), -1, dtype=np.int64)
-        has = owner_node >= 0
-        for fi, nodes in _group(cct.frame[owner_node[has]], np.flatnonzero(has)):
-            f = frames[fi]
-            self.line_of[nodes] = keys.setdefault((f.file, f.line), len(keys))
-        self.labels = [f"{file}:{line}" for file, line in keys]
-        self.keys = list(keys)
-
-    def sums(self, per_node: np.ndarray) -> np.ndarray:
-        has = self.line_of >= 0
-        return np.bincount(self.line_of[has], weights=per_node[has], minlength=len(self.labels))
-
-    def top(self, per_line: np.ndarray, n: int = TOP_LINES, at_least: float = 0.0) -> list[str]:
-        order = np.argsort(-per_line, kind="stable")
-        return [self.labels[i] for i in order[:n].tolist() if per_line[i] > at_least and per_line[i] > 0]
+def _of(e: Evidence, part: float) -> str:
+    return f"{e.split.share(part):.0%} of the {e.of}'s GPU time"
 
 
-def _group(values: np.ndarray, items: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """(value, items having it) for each distinct value."""
-    if not len(values):
-        return []
-    order = np.argsort(values, kind="stable")
-    v, it = values[order], items[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(v)) + 1]
-    ends = np.r_[starts[1:], len(v)]
-    return [(int(v[s]), it[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
-
-
-def _col(profile: Profile, metric: str) -> np.ndarray:
-    return profile.cct.exclusive[:, COL[metric]]
-
-
-def launch_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
-    busy = w.busy_share
-    if busy is None or busy >= LAUNCH_BUSY_BELOW or not w.idle:
+def gpu_bound(e: Evidence) -> Finding | None:
+    s = e.split
+    # Busy decides (copies and collectives' waits keep the GPU from other work too); the share
+    # explained is its computing, the rest being pageable-copies' and rank-wait's.
+    share = s.share(s.compute)
+    if not s.device or s.share(s.busy) <= GPU_BUSY_ABOVE:
         return None
-    host_share = w.idle_parts.get("host", 0) / w.idle
-    a = profile.activities
-    assert a.count is not None  # Activities fills it in
-    k = a.kind == KERNEL
-    count = a.count[k]
-    short = a.duration[k] < SHORT_KERNEL_NS * np.maximum(count, 1)  # a row's mean duration
-    n_all, n_short = int(count.sum()), int(count[short].sum())
-    if host_share < LAUNCH_HOST_SHARE or n_all < LAUNCH_MIN_KERNELS or n_short < LAUNCH_SHORT_SHARE * n_all:
-        return None
-    # The lines launching the short kernels, by the idle blamed on them.
-    launches = np.zeros(len(profile.cct), dtype=np.int64)
-    np.add.at(launches, a.node[k][short], count[short])
-    per_line_kernels = lines.sums(launches.astype(np.float64))
-    idle = lines.sums(_col(profile, "gpu_idle_time").astype(np.float64))
-    top = lines.top(np.where(per_line_kernels > 0, idle, 0)) or lines.top(per_line_kernels)
-    mean = float(a.duration[k][short].sum()) / max(n_short, 1)
+    lines = e.lines.top(e.lines.sums(column(e.steady, "gpu_time").astype(np.float64)))
+    done = []
+    if e.traits.compiled:
+        done.append("compiled")
+    if e.traits.graphed:
+        done.append("CUDA-graphed")
+    already = f" (the program is already {' and '.join(done)})" if done else ""
+    tools = ("fewer, larger ops" if e.traits.compiled else "fused or compiled kernels (torch.compile) and fewer, larger ops")
+    apart = " (its waits in collectives and pageable copies left out)" if s.comm_wait or s.pageable else ""
     return Finding(
-        "launch-bound", top,
-        f"GPU busy {busy:.1%}, {host_share:.0%} of its idle time on host lines; "
-        f"{n_short} of {n_all} kernels under {_t(SHORT_KERNEL_NS)} (mean {_t(mean)})",
-        "the host launches kernels one Python line at a time: compile the model with torch.compile "
-        "(mode=\"reduce-overhead\" adds CUDA graphs) or capture the step in a CUDA graph, so that "
-        "fewer, larger kernels run without a launch each")
+        "gpu-bound", lines, f"GPU busy {share:.1%} of the {e.of}{apart}{already}",
+        "the GPU is the bottleneck, so the kernels themselves matter: see the top kernels "
+        f"(dlpt report --view flat --by kernel) and their lines; mixed precision (bf16/AMP), {tools} "
+        "make them faster", share, e.of)
+
+
+def launch_bound(e: Evidence) -> Finding | None:
+    s = e.split
+    if not s.device or s.share(s.busy) >= LAUNCH_BUSY_BELOW or s.share(s.launch) < LAUNCH_SHARE:
+        return None
+    if s.kernels < LAUNCH_MIN_KERNELS or s.short_kernels < LAUNCH_SHORT_SHARE * s.kernels:
+        return None
+    top = e.lines.top(s.lines_launch) or e.lines.top(s.lines_short)
+    figure = (f"GPU idle {_of(e, s.launch)} between launches; {s.short_kernels} of {s.kernels} kernels under "
+              f"{_t(SHORT_KERNEL_NS)} (mean {_t(s.short_mean)})")
+    if e.traits.graphed:
+        remedy = ("the program already replays CUDA graphs: these launches run outside them, one Python line at "
+                  "a time — bring that code into the compiled or captured region (look for graph breaks: "
+                  "TORCH_LOGS=graph_breaks) or batch its small ops")
+    elif e.traits.compiled:
+        remedy = ("the program is already compiled, yet the host still launches kernels one at a time, each "
+                  "costing more than it runs: mode=\"reduce-overhead\" replays the compiled code as CUDA graphs, "
+                  "and code left eager around the compiled regions (graph breaks: TORCH_LOGS=graph_breaks) "
+                  "launches op by op")
+    else:
+        remedy = ("the host launches kernels one Python line at a time: compile the model with torch.compile "
+                  "(mode=\"reduce-overhead\" adds CUDA graphs) or capture the step in a CUDA graph, so that "
+                  "fewer, larger kernels run without a launch each")
+    return Finding("launch-bound", top, figure, remedy, s.share(s.launch), e.of)
+
+
+def host_bound(e: Evidence) -> Finding | None:
+    s = e.split
+    if not s.device or s.share(s.python) < HOST_SHARE:
+        return None
+    top = e.lines.top(s.lines_python)
+    if not top:
+        return None
+    return Finding(
+        "host-bound", top,
+        f"GPU idle {_of(e, s.python)} while the host ran its own Python between launches",
+        "the host's own work between launches (per-sample loops, preprocessing, logging, Python "
+        "bookkeeping) keeps the GPU waiting: vectorize per-sample loops into tensor ops, move "
+        "preprocessing into the DataLoader's workers, log every N steps", s.share(s.python), e.of)
 
 
 class _LoopLines:
@@ -174,14 +187,44 @@ class _LoopLines:
         return not known
 
 
-def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+def _sync_kind(profile: Profile, nodes: np.ndarray, weights: np.ndarray) -> tuple[str, str]:
+    """What made the host wait, in the user's words, and where in library code it happened:
+    (what, `lib.py:12 fn, called from` prefix or '')."""
+    by_what: dict[str, float] = {}
+    lib: dict[str, float] = {}
+    for n, v in zip(nodes.tolist(), weights.tolist()):
+        path = profile.call_path(n)
+        what = "torch.cuda.synchronize() or an event's synchronize"
+        for f in reversed(path):
+            if f.kind == "op":
+                what = next((w for names, w in _SYNC_OPS if f.name in names), f"the op {f.name}")
+                break
+        by_what[what] = by_what.get(what, 0.0) + v
+        # The innermost library frame below the innermost user line: library code that syncs.
+        user = max((i for i, f in enumerate(path) if f.has_source and not is_library(f)), default=-1)
+        inner = [f for f in path[user + 1:] if f.kind == "python" and f.has_source and is_library(f)
+                 and "/torch/_tensor.py" not in f.file and "/torch/cuda/__init__.py" not in f.file]
+        if inner:
+            f = inner[-1]
+            key = f"{short_path(f.file)}:{f.line} {f.function}"
+            lib[key] = lib.get(key, 0.0) + v
+    what = max(by_what, key=lambda k: by_what[k])
+    where = max(lib, key=lambda k: lib[k]) if lib and max(lib.values()) >= 0.5 * sum(weights.tolist()) else ""
+    return what, where
+
+
+def sync_in_loop(e: Evidence) -> Finding | None:
+    s, w = e.split, e.w
     wall = w.wall or w.device_time
-    if not wall or w.sync_time < SYNC_WALL_SHARE * wall:
+    if not wall:
         return None
-    share = w.busy_share
-    if share is not None and share > GPU_BUSY_ABOVE:
-        return None  # the GPU stays busy while the host waits: the wait costs nothing
-    sync = _col(profile, "sync_time")
+    if s.device:
+        if s.share(s.after_sync) < SYNC_SHARE:
+            return None
+    elif w.sync_time < SYNC_SHARE * wall:
+        return None  # no GPU figures (an older profile): the host's wait alone, against the wall
+    profile = e.steady
+    sync = column(profile, "sync_time")
     if profile.collector == "record":
         # A recording's frames are at their current lines, so the blocking line, or a line that
         # called it, can be seen inside a loop's body in the stored source: a sync outside any
@@ -192,21 +235,31 @@ def sync_in_loop(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         for n in np.flatnonzero(sync).tolist():
             looped[n] = loops.on_path(n)
         sync = np.where(looped, sync, 0)
-    per_line = lines.sums(sync.astype(np.float64))
-    top = lines.top(per_line, at_least=SYNC_LINE_SHARE * wall)
+    per_line = e.lines.sums(sync.astype(np.float64))
+    top = e.lines.top(per_line, at_least=SYNC_LINE_SHARE * wall)
     if not top:
         return None
     first = float(per_line.max())
-    return Finding(
-        "sync-in-loop", top,
-        f"the host waited for the GPU {w.sync_time / wall:.1%} of the wall time ({_t(w.sync_time)}); "
-        f"{short_path(top[0].rpartition(':')[0])}:{top[0].rpartition(':')[2]}: {_t(first)}",
-        "each .item(), .cpu(), .tolist(), print(tensor) or torch.cuda.synchronize() in the step loop "
-        "stops the host until the GPU is done: keep values on the GPU (accumulate into a tensor) "
-        "and read them every N steps, outside the loop")
+    nz = np.flatnonzero(sync)
+    what, where = _sync_kind(profile, nz, sync[nz].astype(np.float64))
+    place = f"{short_path(top[0].rpartition(':')[0])}:{top[0].rpartition(':')[2]}"
+    figure = (f"the host waited for the GPU {w.sync_time / wall:.1%} of the wall time ({_t(w.sync_time)}); "
+              f"{place}: {_t(first)}")
+    if s.device:
+        figure = f"GPU idle {_of(e, s.after_sync)} after syncs: " + figure
+    if where:
+        remedy = (f"the wait happens inside library code ({where}, called from {place}) through {what}: "
+                  "nothing to remove from your line itself — call that code less often, outside the step, "
+                  "or use its asynchronous form where it has one")
+    else:
+        remedy = (f"{what} in the step loop stops the host until the GPU is done, and the GPU then idles "
+                  "while the host catches up: keep values on the GPU (accumulate into a tensor) and read "
+                  "them every N steps, outside the loop")
+    return Finding("sync-in-loop", top, figure, remedy, s.share(s.after_sync) if s.device else None, e.of)
 
 
-def pageable_copies(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
+def pageable_copies(e: Evidence) -> Finding | None:
+    w, profile = e.w, e.steady
     wall = w.wall or w.device_time
     a = profile.activities
     if not wall or not len(a):
@@ -219,57 +272,80 @@ def pageable_copies(profile: Profile, w: Waits, lines: _Lines) -> Finding | None
     per_node = np.zeros(len(profile.cct))
     np.add.at(per_node, a.node[sel], a.duration[sel].astype(np.float64))
     nbytes = int(a.bytes[sel].sum())
+    count = int(a.count[sel].sum()) if a.count is not None else int(sel.sum())
+    share = e.split.share(e.split.pageable) if e.split.device else None
     return Finding(
-        "pageable-copies", lines.top(lines.sums(per_node)),
+        "pageable-copies", e.lines.top(e.lines.sums(per_node)),
         f"host-to-device copies from pageable memory {_t(total)} ({total / wall:.1%} of the wall time, "
-        f"{nbytes / 2**20:.1f} MiB in {int(a.count[sel].sum()) if a.count is not None else int(sel.sum())} copies)",
+        f"{nbytes / 2**20:.1f} MiB in {count} copies)",
         "copies from pageable memory are staged and block the host: pin the source "
-        "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)")
+        "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)",
+        share, e.of)
 
 
-def dataloader_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
-    if not w.idle or not w.device_time:
+def dataloader_wait(e: Evidence) -> Finding | None:
+    s, w = e.split, e.w
+    if not w.idle or not s.device:
         return None
-    cct, frames = profile.cct, profile.frames
-    in_loader = np.fromiter((_LOADER_FILE in f.file.replace("\\", "/") for f in frames), dtype=bool,
-                            count=len(frames))
-    mask = propagate_down(cct, in_loader[cct.frame])
-    loop_line = np.fromiter((bool(_LOADER_LOOP.match(profile.source_line(file, line)))
-                             for file, line in lines.keys), dtype=bool, count=len(lines.keys))
-    if len(loop_line):
-        has = lines.line_of >= 0
-        mask[has] |= loop_line[lines.line_of[has]]
-    idle = _col(profile, "gpu_idle_time")
-    waited = int(idle[mask].sum())
-    if waited < LOADER_IDLE_SHARE * w.idle or waited < LOADER_DEVICE_SHARE * w.device_time:
+    raw = float(s.lines_loader.sum())
+    if s.share(s.loader) < LOADER_DEVICE_SHARE or s.loader < LOADER_IDLE_SHARE * w.idle:
         return None
-    top = lines.top(lines.sums(np.where(mask, idle, 0).astype(np.float64)))
-    return Finding(
-        "dataloader-wait", top,
-        f"GPU idle {_t(waited)} ({waited / w.idle:.0%} of its idle time) while the data loader fetched batches",
-        "the GPU waits for the next batch: load it in worker processes while the GPU computes — "
-        "DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2) — "
-        "and move per-sample Python work into the dataset")
+    top = e.lines.top(s.lines_loader)
+    figure = f"GPU idle {_t(raw)} ({_of(e, s.loader)}) while the data loader fetched batches"
+    t = e.traits
+    pin = "" if t.pinned or t.loader_pinned else ", pin_memory=True"
+    if t.loader_workers is not None and t.loader_workers != 0:
+        n = f"its {t.loader_workers} worker processes" if t.loader_workers > 0 else "its worker processes"
+        figure += f", waiting on {n}"
+        remedy = (f"{n} do not make batches as fast as the GPU uses them: raise num_workers (one per free "
+                  f"core), keep them alive between epochs (persistent_workers=True{pin}), prefetch more "
+                  "(prefetch_factor), and make each sample cheaper to load and decode")
+    else:
+        if t.loader_workers == 0:
+            figure += " in the main process (num_workers=0)"
+        remedy = ("the GPU waits for the next batch: load it in worker processes while the GPU computes — "
+                  f"DataLoader(num_workers=N{pin}, persistent_workers=True, prefetch_factor=2) — "
+                  "and move per-sample Python work into the dataset")
+    return Finding("dataloader-wait", top, figure, remedy, s.share(s.loader), e.of)
 
 
-def gpu_bound(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
-    busy = w.busy_share
-    if busy is None or busy <= GPU_BUSY_ABOVE:
+def compile_time(e: Evidence) -> Finding | None:
+    """torch.compile's one-off work, against the run's wall: worth a verdict when it is a large
+    part of the run, or when the program compiled again after its steady state began."""
+    metas = [r for r in e.whole.meta.get("ranks") or [] if isinstance(r, dict)] or [e.whole.meta]
+    compiling = max((int(((m.get("phases") or {}).get(COMPILE) or {}).get("wall", 0)) for m in metas), default=0)
+    run = max((rank_window(m)[0] or 0 for m in metas), default=0)
+    if not compiling or not run:
         return None
-    return Finding(
-        "gpu-bound", lines.top(lines.sums(_col(profile, "gpu_time").astype(np.float64))),
-        f"GPU busy {busy:.1%} of its window",
-        "the GPU is the bottleneck, so the kernels themselves matter: see the top kernels "
-        "(dlpt report --view flat --by kernel) and their lines; mixed precision (bf16/AMP), fused "
-        "or compiled kernels (torch.compile) and fewer, larger ops make them faster")
+    spans = [s for s in e.whole.meta.get("phase_spans") or [] if isinstance(s, list) and len(s) == 3]
+    first_steady = next((i for i, s in enumerate(spans) if s[2] == STEADY), None)
+    again = [s for s in spans[first_steady:] if s[2] == COMPILE] if first_steady is not None else []
+    share = compiling / run
+    if share < COMPILE_RUN_SHARE and not again:
+        return None
+    figure = f"compiling took {_t(compiling)} of the run's {_t(run)} ({share:.0%})"
+    if again:
+        figure += (f"; it compiled {len(again)} more time{'s' if len(again) > 1 else ''} after the steady state "
+                   f"began ({_t(sum(s[1] - s[0] for s in again))})")
+    remedy = ("compiling is one-off work: Inductor caches its results (keep TORCHINDUCTOR_CACHE_DIR between "
+              "runs; the FX-graph and AOTAutograd caches are on by default), max-autotune only pays in long "
+              "runs, and a benchmark should time the steps after it")
+    if again:
+        remedy += ("; recompiles in the loop come from changing shapes or guards: TORCH_LOGS=recompiles says "
+                   "why, torch._dynamo.mark_dynamic or padding to a few shapes stops them")
+    return Finding("compile", [], figure, remedy, share, "run")
 
 
 def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
     """What a merged rank's comm wait is a share of: the stretch from its first collective to its
     last (start-up, model loading and the end left out: the wait can only fall inside it), else
-    its recording window, else its host time; and that stretch's name."""
+    its recording window, else its host time; and that stretch's name. In a phase (dlpt/phases.py)
+    its window there."""
     for m in profile.meta.get("ranks") or []:
         if isinstance(m, dict) and m.get("rank") == rank:
+            win = m.get("window")
+            if isinstance(win, dict) and "wall" in win and win["wall"]:
+                return int(win["wall"]), f"its {profile.meta.get('phase', 'phase')} time"
             if m.get("collective_span"):
                 return int(m["collective_span"]), "the time between its first and last collective"
             wall = rank_window(m)[0]
@@ -293,24 +369,38 @@ def explaining_verdict(gpu: dict[str, Any] | None, host: dict[str, Any] | None,
     return gpu if gpu is not None and gpu["straggler"] else None
 
 
-def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
-    """Ranks waiting in collectives for another: named with the straggler's line, from the GPU
-    or the host verdict (`explaining_verdict` says which)."""
+def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | None] | None:
+    """The one story of several ranks: which rank waited most in collectives for another (as a
+    share of its span), and the straggler verdict that explains the wait. (waited, span, what the
+    span is, rank, verdict); None for one rank. The header's straggler line and `rank-wait` both
+    tell it (viewers/report.py)."""
     nodes = rank_nodes(profile)
     if len(nodes) < 2:
         return None
     wait_col = profile.cct.inclusive[:, COL["comm_wait_time"]]
     per_rank = [(int(wait_col[node]), *_rank_span(profile, r, node), r) for r, node in nodes]
     waited, span, of_what, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
+    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited)
+    return waited, span, of_what, who, verdict
+
+
+def rank_wait(e: Evidence) -> Finding | None:
+    """Ranks waiting in collectives for another: named with the straggler's line, from the GPU
+    or the host verdict (`explaining_verdict` says which)."""
+    story = rank_story(e.steady)
+    if story is None:
+        return None
+    waited, span, of_what, who, verdict = story
     if not span or waited < RANK_WAIT_SHARE * span:
         return None
-    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited)
-    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({waited / span:.0%} of "
+    share = min(waited / span, 1.0)
+    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({share:.0%} of "
               f"{of_what}; estimated from the ranks' start times)")
     if verdict is None:
         return Finding("rank-wait", [], figure + "; no rank computes more than the others",
                        "the ranks arrive at collectives apart without one computing more: look for work "
-                       "on one rank only (logging, checkpoints, evaluation on rank 0) and uneven input sizes")
+                       "on one rank only (logging, checkpoints, evaluation on rank 0) and uneven input sizes",
+                       share, e.of)
     top = []
     where = ""
     if verdict["line"]:
@@ -323,26 +413,35 @@ def rank_wait(profile: Profile, w: Waits, lines: _Lines) -> Finding | None:
         figure + f"; rank {verdict['rank']} spends {_t(verdict['excess'])} more {what} than the others{where}",
         f"every rank waits for the slowest at each collective: balance rank {verdict['rank']}'s work "
         "(equal batch and sequence lengths per rank), move work that one rank does alone (logging, "
-        "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers")
+        "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers",
+        share, e.of)
 
 
-RULES: tuple[tuple[str, Callable[[Profile, Waits, _Lines], Finding | None]], ...] = (
+RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (
     ("launch-bound", launch_bound),
+    ("host-bound", host_bound),
     ("sync-in-loop", sync_in_loop),
     ("pageable-copies", pageable_copies),
     ("dataloader-wait", dataloader_wait),
     ("gpu-bound", gpu_bound),
     ("rank-wait", rank_wait),
+    ("compile", compile_time),
 )
 
 
 def findings(profile: Profile) -> list[Finding]:
-    """The rules whose figure crosses its threshold, in the order of `RULES`."""
-    w = waits(profile)
-    lines = _Lines(profile)
+    """The rules whose figure crosses its threshold, in the order of `RULES`; those a command
+    already judged (`meta["diagnosis"]`, dlpt.scope) as they were."""
+    kept = profile.meta.get("diagnosis")
+    if isinstance(kept, list):
+        return [Finding(**d) for d in kept if isinstance(d, dict)]
+    e = evidence(profile)
     out = []
     for _, rule in RULES:
-        f = rule(profile, w, lines)
+        f = rule(e)
         if f is not None:
             out.append(f)
     return out
+
+
+__all__ = ["Finding", "RULES", "explaining_verdict", "findings", "rank_story"]

@@ -138,6 +138,11 @@ class IdleBlame:
     host: int = 0
     sync: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    # Idle after a sync: in a gap that began while a launching thread was blocked in a sync (the
+    # GPU ran dry while the host waited), the part after the sync returned, until the host
+    # launched again. With the idle during syncs (`sync`), what syncs in a loop cost
+    # (dlpt/evidence.py). Part of the blamed idle, not a part of its own.
+    after_sync: int = 0
 
     def totals(self) -> dict[str, int]:
         d = self.devices.values()
@@ -151,6 +156,7 @@ class IdleBlame:
         out["devices"] = {str(k): {"window": v.window, "busy": v.busy, "idle": v.idle, "start-up": v.startup,
                                    "unattributed": v.unattributed} for k, v in sorted(self.devices.items())}
         out["skipped"] = dict(self.skipped)
+        out["after_sync"] = self.after_sync
         return out
 
 
@@ -252,6 +258,7 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
     shares = np.zeros(len(hs))
     blamed = 0
     overlaps_any = False
+    sync_s, sync_e = busy_union(hs[hy], he[hy])  # when some launching thread was blocked in a sync
     for dev, (w0, w1) in sorted(windows.items()):
         w0, w1 = int(w0), int(w1)
         if w1 <= w0:
@@ -277,6 +284,11 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
         hs_c, he_c = np.clip(hs, first, w1), np.clip(he, first, w1)
         live = he_c > hs_c
         overlaps_any = overlaps_any or bool(((he > w0) & (hs < w1)).any())
+        if len(sync_s) and len(gs):
+            k = np.searchsorted(sync_s, gs, side="right") - 1
+            until = sync_e[np.maximum(k, 0)]
+            drained = (k >= 0) & (gs < until)
+            out.after_sync += int(np.maximum(ge - np.maximum(gs, until), 0)[drained].sum())
         dev_shares, dev_blamed = _device_shares(gs, ge, hs_c[live], he_c[live])
         shares[live] += dev_shares
         blamed += dev_blamed
@@ -301,6 +313,7 @@ def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> dict[str, 
     for r in results:
         out.host += r.host
         out.sync += r.sync
+        out.after_sync += r.after_sync
         for d, v in r.devices.items():
             t = out.devices.setdefault(d, DeviceIdle())
             t.window += v.window

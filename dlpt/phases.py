@@ -127,6 +127,14 @@ def split_phases(phased: Profile, names: dict[str, str]) -> Profile:
     rows = sum_rows(inv, cct.exclusive[idx], len(uniq))
     table_node, table_phase = uniq // len(order), uniq % len(order)
     act_phase = node_phase[acts.node] if len(acts) else np.zeros(0, I64)
+    # Each phase's sync time in its figures, which outlive the table (a view's transformations
+    # leave it behind; the header reads meta).
+    phases = {k: dict(v) for k, v in (merged.meta.get("phases") or {}).items() if isinstance(v, dict)}
+    for k, name in enumerate(order):
+        if name in phases:
+            phases[name]["sync"] = int(rows[table_phase == k, COL["sync_time"]].sum())
+    if phases:
+        merged = replace(merged, meta={**merged.meta, "phases": phases})
     # Drop what is now empty (frames of the phase nodes), keeping the table's ids in step.
     return _with_table(merged, tuple(order), table_node, table_phase, rows, act_phase)
 
@@ -245,8 +253,8 @@ def phase_figures(profile: Profile) -> list[PhaseFigures]:
                 dev += sum(int(d.get("window", 0)) for d in (gi.get("devices") or {}).values())
                 busy += int(gi.get("busy", 0))
                 idle += int(gi.get("idle", 0))
-        sync = 0
-        if t is not None:
+        sync = sum(int((m.get("phases") or {}).get(name, {}).get("sync", 0)) for m in metas)
+        if t is not None and not sync:
             _, rows = t.rows(name)
             sync = int(rows[:, COL["sync_time"]].sum()) if len(rows) else 0
         out.append(PhaseFigures(name, max(walls), dev, busy if known else None, idle if known else None, sync))

@@ -4,9 +4,11 @@ switches and applies it to the profile it opened; everything below takes the pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlpt.compile_time import compile_apart
+from dlpt.findings import findings
+from dlpt.phases import ALL, select_phase
 from dlpt.profile import Profile
 from dlpt.transforms import hide_library_unless
 
@@ -15,14 +17,21 @@ from dlpt.transforms import hide_library_unless
 class Scope:
     include_library: bool = False  # False: library frames hidden (dlpt.transforms.hide_library)
     include_compile: bool = False  # False: compile subtrees dropped (flat views, hotspots, diff)
+    phase: str = ALL  # which phase the views show (dlpt/phases.py): all, steady, compile, start-up
 
     def for_trees(self) -> Scope:
         """The scope a tree view uses: trees keep torch.compile's work in place, on its own lines."""
-        return Scope(self.include_library, True)
+        return replace(self, include_compile=True)
 
     def apply(self, profile: Profile) -> Profile:
+        """The profile the views show. The diagnosis is judged first, on the profile as opened (it
+        reads the steady state from the phase table, which the views' transformations leave
+        behind), and kept in meta for them (`diagnosis`, dlpt.findings)."""
+        found = [f.to_json() for f in findings(profile)]
+        prof = select_phase(profile, self.phase)
         # compile_apart first: it reads Dynamo's frames, which are library frames.
-        return hide_library_unless(compile_apart(profile, self.include_compile), self.include_library)
+        prof = hide_library_unless(compile_apart(prof, self.include_compile), self.include_library)
+        return replace(prof, meta={**prof.meta, "diagnosis": found})
 
 
 __all__ = ["Scope"]

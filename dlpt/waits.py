@@ -29,6 +29,7 @@ class Waits:
     host_time: int = 0
     devices: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    after_sync: int = 0  # idle in gaps that began while the host was blocked in a sync (dlpt/idle.py)
 
     @property
     def busy_share(self) -> float | None:
@@ -72,6 +73,7 @@ def waits(profile: Profile) -> Waits:
         out.idle = (out.idle or 0) + int(gi.get("idle", 0))
         for k in IDLE_PARTS:
             out.idle_parts[k] = out.idle_parts.get(k, 0) + int(gi.get(k, 0))
+        out.after_sync += int(gi.get("after_sync", 0))
         for k, v in (gi.get("skipped") or {}).items():
             out.skipped[k] = out.skipped.get(k, 0) + int(v)
     return out

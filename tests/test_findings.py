@@ -104,7 +104,9 @@ def test_real_traces(name, expected):
     for f in got:
         assert f.lines and all(":" in x for x in f.lines)
     json.dumps([f.to_json() for f in got])
-    assert set(got[0].to_json()) == {"rule", "lines", "figure", "remedy"}
+    assert set(got[0].to_json()) == {"rule", "lines", "figure", "remedy", "share", "of"}
+    # No phases in these traces: each share is of the run, and distinct verdicts share it out.
+    assert all(f.of == "run" and 0 < f.share <= 1 for f in got) and sum(f.share for f in got) <= 1
 
 
 def test_a_recorded_style_profile_with_aggregated_rows(tmp_path):

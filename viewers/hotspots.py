@@ -16,6 +16,7 @@ from dlpt.errors import DlptError
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.phases import ALL, phase_figures
 from dlpt.profile import Profile, default_metric
 from dlpt.ranks import rank_totals, rank_values, ranks_without_gpu, straggler
 from dlpt.scope import Scope
@@ -77,6 +78,13 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
     # host time; null where the profile does not know (older profiles; no GPU).
     for k, v in waits(profile).to_json().items():
         out[k] = {p: t(x) for p, x in v.items()} if isinstance(v, dict) else (None if v is None else t(v))
+    # The run's phases (dlpt/phases.py) and which one the figures above are of.
+    out["phase"] = str(profile.meta.get("phase", ALL))
+    figs = phase_figures(profile)
+    if figs:
+        out["phases"] = {f.name: {"wall_time": t(f.wall), "gpu_busy_time": None if f.busy is None else t(f.busy),
+                                  "gpu_idle_time": None if f.idle is None else t(f.idle), "sync_time": t(f.sync)}
+                         for f in figs}
     mem = memory_peak(profile)
     if mem is not None:
         out["memory"] = mem.to_json()

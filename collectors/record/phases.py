@@ -28,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.cct import TreeBuilder
 from dlpt.collectors.record.inductor_hooks import AfterImport
 from dlpt.collectors.record.native import P_COMPILE, P_STARTUP, P_STEADY, P_WARMUP, RAW_PHASES, Collector
-from dlpt.phases import COMPILE, STARTUP, STEADY
+from dlpt.frames import FrameTable
+from dlpt.idle import blame_phases, idle_column, merged_meta
+from dlpt.phases import COMPILE, STARTUP, STEADY, phase_frame
 
 RAW_NAMES = {v: k for k, v in RAW_PHASES.items()}
 MAX_SPANS = 5000  # stretches kept in meta: a run that recompiles every step would list thousands
@@ -82,6 +85,74 @@ def named_spans(spans: list[tuple[int, int, int]], names: dict[str, str]) -> lis
         else:
             out.append([s, e, name])
     return out[:MAX_SPANS]
+
+
+def phase_walls(spans: list[tuple[int, int, int]], names: dict[str, str]) -> dict[str, Any]:
+    """`meta["phases"]` before idle: each phase's wall (time in it) and window (its first start,
+    its last end)."""
+    out: dict[str, Any] = {}
+    for s, e, raw in spans:
+        ph = out.setdefault(names[RAW_NAMES[raw]], {"wall": 0, "window": {"start": s, "end": e}})
+        ph["wall"] += e - s
+        ph["window"]["end"] = e
+    return out
+
+
+def phase_node(builder: TreeBuilder, frames: FrameTable, raw: int) -> int:
+    """The node heading raw phase `raw`'s subtree (the collector's N_PHASE node, converted)."""
+    return builder.child(0, frames.intern(phase_frame(RAW_NAMES.get(raw, str(raw)))))
+
+
+class Rehome:
+    """Nodes moved under another raw phase's node: the same path beneath it. A host interval's
+    node is its phase's when it was sampled; one sampled as the phase changed names the last
+    phase's node, and its piece after the change belongs to the new phase."""
+
+    def __init__(self, builder: TreeBuilder, frames: FrameTable) -> None:
+        self.builder = builder
+        self.frames = frames
+        self.memo: dict[tuple[int, int], int] = {}
+
+    def __call__(self, nodes: np.ndarray, raw: int) -> np.ndarray:
+        target = phase_node(self.builder, self.frames, raw)
+        parent, frame = self.builder.parent, self.builder.frame
+        out = nodes.copy()
+        for i, n in enumerate(nodes.tolist()):
+            got = self.memo.get((n, target))
+            if got is None:
+                path = []
+                m = n
+                while m > 0 and parent[m] > 0:
+                    path.append(frame[m])
+                    m = parent[m]
+                # m: the node under the root heading n's path (its phase node, or n's own top)
+                moved = m != target and m > 0 and self.frames[frame[m]].kind == "phase"
+                got = self.memo[(n, target)] = self.builder.path(path[::-1], target) if moved else n
+            out[i] = got
+        return out
+
+
+def phase_idle(builder: TreeBuilder, frames: FrameTable, windows: dict[int, tuple[int, int]],
+               busy: dict[int, tuple[np.ndarray, np.ndarray]], spans: list[tuple[int, int, int]],
+               names: dict[str, str], host: tuple[np.ndarray, ...], phases_meta: dict[str, Any],
+               rehome: Rehome | None = None) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, Any]]:
+    """GPU idle blamed phase by phase (`dlpt.idle.blame_phases`), in one clock: `spans` the raw
+    phases' stretches, `host` the host intervals (start, end, node, thread, in-sync) on `builder`'s
+    nodes. Returns the `gpu_idle_time` column (start-up and unattributed rows under each phase's
+    node) and the run's `meta["gpu_idle"]`; each phase's figures go into `phases_meta[name]`."""
+    rehome = rehome or Rehome(builder, frames)
+    hs, he, hn, ht, hy = host
+    results, bad = blame_phases(len(builder), windows, busy, spans_by(spans), hs, he, hn, ht, hy, rehome)
+    cols_n, cols_v = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for raw, res in results.items():
+        nodes, values = idle_column(res, builder, frames, phase_node(builder, frames, raw))
+        cols_n.append(nodes)
+        cols_v.append(values)
+    for name, ph in phases_meta.items():
+        mine = [res for raw, res in results.items() if names[RAW_NAMES[raw]] == name]
+        if mine:
+            ph["gpu_idle"] = merged_meta(mine, {})
+    return (np.concatenate(cols_n), np.concatenate(cols_v)), merged_meta(list(results.values()), bad)
 
 
 class PhaseHooks:
@@ -187,5 +258,5 @@ class PhaseHooks:
         self._undo.append(lambda: (setattr(graph, "capture_begin", begin), setattr(graph, "capture_end", end)))
 
 
-__all__ = ["P_COMPILE", "P_STARTUP", "P_STEADY", "P_WARMUP", "PhaseHooks", "RAW_NAMES", "named_spans",
-           "phase_names", "raw_spans", "spans_by"]
+__all__ = ["P_COMPILE", "P_STARTUP", "P_STEADY", "P_WARMUP", "PhaseHooks", "RAW_NAMES", "Rehome", "named_spans",
+           "phase_idle", "phase_names", "phase_node", "phase_walls", "raw_spans", "spans_by"]

@@ -93,6 +93,7 @@ class Recorder:
         self.phases = os.environ.get("DLPT_PHASES", "1") != "0"
         self.phase_hooks = PhaseHooks(self.mod) if self.phases else None
         self._steady = False
+        self.loaders: dict[int, dict[str, Any]] = {}  # the DataLoaders the program iterated (_watch_loaders)
         self._hooks: list[Any] = []
         self._lock = threading.Lock()  # one snapshot or final build at a time
         self._stop_snap = threading.Event()
@@ -242,6 +243,7 @@ class Recorder:
         if self.phase_hooks is not None:
             self.phase_hooks.install()
             self._hooks.append(self.phase_hooks.remove)
+        self._watch_loaders()
         # setattr: Thread.start is replaced on purpose while recording (restored by the hook below).
         setattr(threading.Thread, "start", start)  # noqa: B010
         self._hooks.append(lambda: setattr(threading.Thread, "start", orig_start))
@@ -264,6 +266,31 @@ class Recorder:
 
             ag._engine_run_backward = run_backward
             self._hooks.append(lambda: setattr(ag, "_engine_run_backward", orig_run))
+
+    def _watch_loaders(self) -> None:
+        """Each DataLoader the program iterates: its workers, pinning and prefetching, so that the
+        diagnosis says what a loader that keeps the GPU waiting already does (dlpt/evidence.py)."""
+        try:
+            from torch.utils.data import DataLoader
+        except ImportError:
+            return
+        orig = DataLoader.__dict__.get("__iter__")
+        if orig is None:
+            return
+        seen = self.loaders
+
+        def iter_watched(loader: Any) -> Any:
+            key = id(loader)
+            if key not in seen:
+                seen[key] = {"num_workers": int(getattr(loader, "num_workers", 0) or 0),
+                             "pin_memory": bool(getattr(loader, "pin_memory", False)),
+                             "prefetch_factor": getattr(loader, "prefetch_factor", None),
+                             "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+                             "batch_size": getattr(loader, "batch_size", None)}
+            return orig(loader)
+
+        setattr(DataLoader, "__iter__", iter_watched)  # noqa: B010 - restored by the hook below
+        self._hooks.append(lambda: setattr(DataLoader, "__iter__", orig))
 
     def _remove_hooks(self) -> None:
         while self._hooks:
@@ -327,6 +354,8 @@ class Recorder:
             "gpu": self.cuda, "collector": {**self.mod.capabilities(), **self.mod.stats()},
             "snapshots": self.snapshots, "snapshot_pause_max_s": round(self.snapshot_pause_max, 6),
         }
+        if self.loaders:
+            meta["dataloaders"] = list(self.loaders.values())
         if partial:
             meta["partial"] = True
             meta["snapshot_time"] = _dt.datetime.now(_dt.timezone.utc).isoformat()

@@ -31,9 +31,17 @@ from dlpt.collectors.record.native import (
     Leaf,
     Snapshot,
 )
-from dlpt.collectors.record.phases import RAW_NAMES, named_spans, phase_names, raw_spans, spans_by
+from dlpt.collectors.record.phases import (
+    RAW_NAMES,
+    Rehome,
+    named_spans,
+    phase_idle,
+    phase_names,
+    phase_walls,
+    raw_spans,
+)
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
-from dlpt.idle import blame, blame_phases, idle_column, merged_meta, split_by_device, timeline
+from dlpt.idle import blame, idle_column, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.phases import phase_frame
 from dlpt.profile import Profile
@@ -70,7 +78,7 @@ class TrieConverter:
         self.leaf_frames: list[int] = []
         self._py_frames: dict[tuple[int, int], int] = {}
         self._sources: dict[str, str | None] = {}
-        self._rehomed: dict[tuple[int, int], int] = {}
+        self._rehome = Rehome(self.builder, self.frames)
         self._names: dict[str, str] = {}  # raw phase → its name in this profile (phases.phase_names)
 
     # ----- frames -----
@@ -182,57 +190,11 @@ class TrieConverter:
             out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
             meta["gpu_idle"] = res.meta()
             return
-        by_raw = spans_by([(s + off, e + off, p) for s, e, p in spans])
-        results, bad = blame_phases(len(self.builder), windows, busy, by_raw, hs, he, hn, ht, hy, self._in_phase)
-        cols_n, cols_v = [], []
-        for raw, res in results.items():
-            nodes, values = idle_column(res, self.builder, self.frames, self._phase_node(raw))
-            cols_n.append(nodes)
-            cols_v.append(values)
-        out.extra["gpu_idle_time"] = (np.concatenate(cols_n), np.concatenate(cols_v))
-        meta["gpu_idle"] = merged_meta(list(results.values()), {**bad, **skipped})
-        for name, ph in meta.get("phases", {}).items():
-            mine_raw = [res for raw, res in results.items() if names[RAW_NAMES[raw]] == name]
-            if mine_raw:
-                ph["gpu_idle"] = merged_meta(mine_raw, {})
-
-    def _phase_node(self, raw: int) -> int:
-        return self.builder.child(0, self.frames.intern(phase_frame(RAW_NAMES.get(raw, str(raw)))))
-
-    def _in_phase(self, nodes: np.ndarray, raw: int) -> np.ndarray:
-        """`nodes` (builder ids) moved under raw phase `raw`'s node: the same path beneath it. A
-        host interval's node is its phase's when it was sampled; one sampled as the phase changed
-        names the last phase's node, and its piece after the change belongs to the new phase."""
-        target = self._phase_node(raw)
-        parent, frame = self.builder.parent, self.builder.frame
-        memo = self._rehomed
-        out = nodes.copy()
-        for i, n in enumerate(nodes.tolist()):
-            key = (n, target)
-            got = memo.get(key)
-            if got is None:
-                path = []
-                m = n
-                while m > 0 and parent[m] > 0:
-                    path.append(frame[m])
-                    m = parent[m]
-                # m: the node under the root heading n's path (its phase node, or n's own top)
-                moved = m != target and m > 0 and self.frames[frame[m]].kind == "phase"
-                got = self.builder.path(path[::-1], target) if moved else n
-                memo[key] = got
-            out[i] = got
-        return out
-
-    @staticmethod
-    def _phase_meta(spans: list[tuple[int, int, int]], names: dict[str, str]) -> dict[str, Any]:
-        """Each phase's wall (time in it) and window (its first start, its last end); its GPU idle
-        figures come with the idle blame (`_idle`)."""
-        out: dict[str, Any] = {}
-        for s, e, raw in spans:
-            ph = out.setdefault(names[RAW_NAMES[raw]], {"wall": 0, "window": {"start": s, "end": e}})
-            ph["wall"] += e - s
-            ph["window"]["end"] = e
-        return out
+        shifted = [(s + off, e + off, p) for s, e, p in spans]
+        column, meta["gpu_idle"] = phase_idle(self.builder, self.frames, windows, busy, shifted, names,
+                                              (hs, he, hn, ht, hy), meta.get("phases", {}), self._rehome)
+        meta["gpu_idle"]["skipped"].update(skipped)
+        out.extra["gpu_idle_time"] = column
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
         """Each collective op's calls (host side) and each collective kernel's runs (`"gpu": True`,
@@ -285,7 +247,7 @@ class TrieConverter:
                 meta["collectives_dropped"] = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
             meta["window"] = {"start": host.window_start, "end": end}
             if spans:
-                meta["phases"] = self._phase_meta(spans, names)
+                meta["phases"] = phase_walls(spans, names)
                 meta["phase_spans"] = named_spans(spans, names)
                 meta["phase_names"] = names
             if len(host.busy_device) and host.window_end:

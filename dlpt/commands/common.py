@@ -6,6 +6,7 @@ import argparse
 
 from dlpt.errors import notice
 from dlpt.metrics import METRICS
+from dlpt.phases import ALL, PHASE_CHOICES
 from dlpt.profile import Profile, default_metric, unknown_device_events, unknown_device_text
 
 
@@ -64,6 +65,13 @@ def add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-compile", action="store_true",
                    help="rank torch.compile's one-off work (compiling, autotuning) with the rest "
                    "(left out of flat views, hotspots and diffs by default; trees always show it)")
+
+
+def add_phase(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--phase", default=ALL, choices=PHASE_CHOICES, metavar="P",
+                   help="which part of the run to show: steady (the steps after start-up and compiling), "
+                   "compile (torch.compile's compiling, autotuning and CUDA-graph capture), startup (before "
+                   "the first step), or all (default: all). The diagnosis always reads the steady state")
 
 
 def positive_int(text: str) -> int:

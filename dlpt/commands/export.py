@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_compile, add_inputs, add_library, add_metric, choose_metric, positive_int
+from dlpt.commands.common import (
+    add_compile,
+    add_inputs,
+    add_library,
+    add_metric,
+    add_phase,
+    choose_metric,
+    positive_int,
+)
 from dlpt.output import write_output
 
 EPILOG = """\
@@ -30,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output file (written whole or not at all); - or no -o: standard output")
     p.add_argument("--top", "-n", type=positive_int, default=20, help="hotspots to list (default: 20)")
     add_metric(p)
+    add_phase(p)
     add_library(p)
     add_compile(p)
     p.set_defaults(func=run)
@@ -37,11 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlpt.loader import open_profiles
+    from dlpt.phases import phase_name
     from dlpt.viewers.exporters import ExportOptions, get_exporter
 
     exporter = get_exporter(args.format)
     prof = open_profiles(args.profile, args.rank, as_ranks=args.as_ranks)
     opts = ExportOptions(metric=choose_metric(args.metric, prof), top=args.top, include_library=args.include_library,
-                         include_compile=args.include_compile)
+                         include_compile=args.include_compile, phase=phase_name(args.phase))
     write_output(args.output, lambda f: exporter.export(prof, f, opts))
     return 0

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_compile, add_inputs, add_library, add_metric, choose_metric, percent, positive_int
+from dlpt.commands.common import (
+    add_compile,
+    add_inputs,
+    add_library,
+    add_metric,
+    add_phase,
+    choose_metric,
+    percent,
+    positive_int,
+)
 from dlpt.loader import open_profiles
 from dlpt.output import write_json, write_output
+from dlpt.phases import phase_name
 from dlpt.scope import Scope
 from dlpt.views import GROUPINGS, VIEWS
 
@@ -16,6 +26,7 @@ examples:
   dlpt report run.dlpt --view flat --by line --top 20    the 20 costliest lines
   dlpt report trace.pt.trace.json.gz --view flat --by kernel
   dlpt report run.dlpt --view bottom-up --metric htod_time
+  dlpt report run.dlpt --phase steady                    the steps only: start-up and compiling left out
   dlpt report run.dlpt --format json > report.json
   dlpt report run.rank*.dlpt --view flat          ranks merged: per-rank spread, straggler
   dlpt report profiles/ --rank 1                  one rank of a directory of rank profiles
@@ -38,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "level, the first included (default: all); 0: all")
     p.add_argument("--min-percent", type=percent, default=None,
                    help="hide rows under this share of the total (default: 0.5 for trees, 0 for flat)")
+    add_phase(p)
     add_library(p)
     add_compile(p)
     p.add_argument("--full-names", action="store_true", help="show kernel names whole")
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.viewers.report import ReportOptions, render, render_json
 
     # torch.compile's work: apart from the flat ranking unless asked for; trees keep it in place.
-    scope = Scope(args.include_library, args.include_compile)
+    scope = Scope(args.include_library, args.include_compile, phase_name(args.phase))
     opened = open_profiles(args.profile, args.rank, as_ranks=args.as_ranks)
     prof = (scope if args.view == "flat" else scope.for_trees()).apply(opened)
     metric = choose_metric(args.metric, prof)

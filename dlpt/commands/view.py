@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlpt.commands.common import add_inputs, add_library, add_metric
+from dlpt.commands.common import add_inputs, add_library, add_metric, add_phase
 
 EPILOG = """\
 examples:
@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_inputs(p)
     add_metric(p)
+    add_phase(p)
     add_library(p)
     p.set_defaults(func=run)
 
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         raise DlptError("dlpt view needs a terminal (stdin and stdout are not one); "
                         f"for text use: dlpt report {' '.join(args.profile)}")
     # textual is imported only when the TUI runs, so the other commands start fast.
+    from dlpt.phases import phase_name
     from dlpt.viewers.tui import run_app
 
     return run_app(args.profile, include_library=args.include_library, metric=args.metric, rank=args.rank,
-                   as_ranks=args.as_ranks)
+                   as_ranks=args.as_ranks, phase=phase_name(args.phase))

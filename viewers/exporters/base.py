@@ -16,12 +16,13 @@ class ExportOptions:
     top: int = 20
     include_library: bool = False
     include_compile: bool = False  # rank torch.compile's one-off work in hotspots (trees always keep it)
+    phase: str = "all"  # the part of the run exported (dlpt/phases.py)
 
     @property
     def scope(self) -> Scope:
         """The export's one decision on library frames and torch.compile's work; tree formats
         use `scope.for_trees()`."""
-        return Scope(self.include_library, self.include_compile)
+        return Scope(self.include_library, self.include_compile, self.phase)
 
     def metric_for(self, profile: Profile) -> str:
         return self.metric or default_metric(profile)

@@ -24,6 +24,7 @@ from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS
 from dlpt.output import write_json, write_output
 from dlpt.profile import Profile, default_metric
+from dlpt.scope import Scope
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
@@ -80,7 +81,7 @@ class DlptApp(App[int]):
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
                  include_library: bool = False, metric: str | None = None, rank: int | None = None,
-                 as_ranks: bool = False) -> None:
+                 as_ranks: bool = False, phase: str = "all") -> None:
         super().__init__()
         if not path and profile is None:
             raise ValueError("DlptApp needs a path or a profile")
@@ -89,6 +90,7 @@ class DlptApp(App[int]):
         self.path = " ".join(self.paths) or None
         self.rank = rank
         self.as_ranks = as_ranks  # merge several paths as ranks whatever they record (dlpt/runs.py)
+        self.phase = phase  # the part of the run shown (dlpt/phases.py), chosen with `dlpt view --phase`
         self.base = profile
         self.include_library = include_library
         # None until the profile is read: then the model's default (`default_metric`).
@@ -194,7 +196,10 @@ class DlptApp(App[int]):
                     pct = f" {100 * done // total}%" if total else ""
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
-            self.base = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
+            opened = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
+            # The phase shown, its diagnosis judged on the profile as opened (dlpt.scope); library
+            # frames are the TUI's own switch, compile work stays in the tree.
+            self.base = Scope(include_library=True, include_compile=True, phase=self.phase).apply(opened)
         if not self.metric:
             self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
@@ -506,12 +511,12 @@ class DlptApp(App[int]):
 
 
 def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,
-            rank: int | None = None, as_ranks: bool = False) -> int:
+            rank: int | None = None, as_ranks: bool = False, phase: str = "all") -> int:
     """Run the TUI on `path` (or several, merged); raise DlptError when it cannot be opened."""
     for p in [path] if isinstance(path, str) else path:
         if not os.path.exists(p):
             raise DlptError(f"{p}: no such file or directory")
-    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank, as_ranks=as_ranks)
+    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank, as_ranks=as_ranks, phase=phase)
     rc = app.run()
     if app.error:
         raise DlptError(app.error)

@@ -1,0 +1,81 @@
+"""gpt-fast's `generate.py`, run as its users run it, offline: its own command line and output.
+
+    python bench/workloads/gptfast.py [generate.py's options...]
+
+The GPU machines cannot download a checkpoint or a tokenizer, so this driver (1) makes a
+random-weight bf16 checkpoint of the named shape (`--model stories110M`, default) once, as
+`checkpoints/<model>/model.pth` with an empty `tokenizer.model` beside it, (2) gives
+`tokenizer.get_tokenizer` a stand-in (token ids in, text of ids out: generate.py only encodes
+the prompt and decodes for printing) and, as the copy has no `tp.py`, a `tp` module whose
+`maybe_init_dist()` returns None (what gpt-fast's does outside torchrun), and (3) runs the unmodified `generate.py` as `__main__`
+with the rest of the command line. Pass `--prompt N` for a synthetic prompt of N tokens (as
+generate.py itself allows). Everything else — loading, `torch.compile(mode="reduce-overhead")`
+with `--compile`, the warm-up generation, the timed samples and the lines it prints
+(`Compilation time`, `Time for inference i`, `Average tokens/sec`) — is generate.py's own.
+gpt-fast comes from the project's shared/programs/gpt-fast (pytorch-labs/gpt-fast at 32971d3).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+class StandIn:
+    """A tokenizer for synthetic prompts: ids stay ids."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 1000 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(map(str, ids[:16])) + (" …" if len(ids) > 16 else "")
+
+    def bos_id(self) -> int:
+        return 1
+
+    def eos_id(self) -> int:
+        return 2
+
+
+def main() -> None:
+    import runlib
+
+    src = os.path.join(runlib.programs_dir(), "gpt-fast")
+    argv = sys.argv[1:]
+    model = "stories110M"
+    if "--model" in argv:
+        i = argv.index("--model")
+        model = argv[i + 1]
+        del argv[i:i + 2]
+    ckpt = Path(os.environ.get("GPTFAST_CKPT", "/tmp/gptfast")) / "checkpoints" / model / "model.pth"
+    sys.path.insert(0, src)
+    import torch
+    from model import Transformer
+
+    if not ckpt.is_file():
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(0)
+        net = Transformer.from_name(model).to(torch.bfloat16)
+        torch.save(net.state_dict(), ckpt)
+        (ckpt.parent / "tokenizer.model").write_bytes(b"")
+    import types
+
+    import tokenizer
+
+    tokenizer.get_tokenizer = lambda *a, **k: StandIn()  # no SentencePiece model offline
+    # gpt-fast's tp.py (tensor parallelism) is not in the copy: on one GPU, outside torchrun, its
+    # maybe_init_dist() returns None, which is all generate.py asks of it.
+    tp = types.ModuleType("tp")
+    tp.maybe_init_dist = lambda: None  # type: ignore[attr-defined]
+    sys.modules.setdefault("tp", tp)
+    sys.argv = [os.path.join(src, "generate.py"), "--checkpoint_path", str(ckpt), *argv]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
