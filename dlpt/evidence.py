@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from dlpt.compile_time import compile_kind
 from dlpt.frames import is_library
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.phases import COMPILE, STEADY, has_phases, select_phase
@@ -41,6 +42,7 @@ LOADER_LOOP = re.compile(r"^\s*(async\s+)?for\s.+\sin\s.*(loader|DataLoader)", r
 # Frames of a multi-process DataLoader's main side (its single-process iterator has none of them).
 _WORKER_QUEUE = frozenset({"_try_get_data", "_get_data"})
 _GRAPH_FILES = ("torch/cuda/graphs.py", "torch/_inductor/cudagraph_trees.py")
+_GRAPH_FUNCS = frozenset({"replay", "run", "execute_node", "run_graph", "_run"})
 
 
 class Lines:
@@ -109,17 +111,22 @@ def traits(whole: Profile) -> Traits:
     pinned = np.fromiter(("Pinned" in f.name for f in frames), dtype=bool, count=len(frames))
     t.pinned = bool(len(a) and (pinned[a.name] & (a.kind == HTOD)).any())
     workers = False
-    for f in frames:
+    graph_frames = np.zeros(len(frames), dtype=bool)
+    for i, f in enumerate(frames):
         if f.kind == "op" and f.name.startswith(("Torch-Compiled Region", "CompiledFunction")):
             t.compiled = True
         if f.kind == "python":
             path = f.file.replace("\\", "/")
-            if path.endswith(_GRAPH_FILES):
-                t.graphed = True
-            if "/_dynamo/" in path or "/_inductor/" in path:
+            # Replaying a graph: CUDAGraph.replay, or Inductor's cudagraph trees running a node
+            # (other functions of those files run for eager programs too: is_current_stream_capturing).
+            graph_frames[i] = path.endswith(_GRAPH_FILES) and f.function in _GRAPH_FUNCS
+            if compile_kind(f) == "compiling":
                 t.compiled = True
             if LOADER_FILE in path and f.function in _WORKER_QUEUE:
                 workers = True
+    if graph_frames.any():
+        gpu = whole.cct.inclusive[:, COL["gpu_time"]]
+        t.graphed = bool((gpu[graph_frames[whole.cct.frame]] > 0).any())
     phases = whole.meta.get("phases") or {}
     if isinstance(phases, dict) and (phases.get(COMPILE) or {}).get("wall"):
         t.compiled = True

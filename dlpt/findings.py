@@ -30,6 +30,7 @@ from dlpt.metrics import COL, HTOD
 from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
+from dlpt.transforms import hide_library
 from dlpt.waits import rank_window
 
 # Thresholds, named so that the report and the tests speak of the same numbers. Shares are of
@@ -48,6 +49,9 @@ LOADER_DEVICE_SHARE = 0.05  # ... and 5% of the devices' time
 COMPILE_RUN_SHARE = 0.20  # compiling took at least this share of the run's wall
 RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, 5% of the time it ran in step with them
 TOP_LINES = 3
+# Between rank-wait's two halves, who waited and why: the report's header tells the second half
+# as its straggler line, so that both say the same (viewers/report.py).
+RANK_WHY = " — "
 
 # Ops that make the host wait for the GPU, and what a user calls them.
 _SYNC_OPS = (
@@ -387,7 +391,8 @@ def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | N
 def rank_wait(e: Evidence) -> Finding | None:
     """Ranks waiting in collectives for another: named with the straggler's line, from the GPU
     or the host verdict (`explaining_verdict` says which)."""
-    story = rank_story(e.steady)
+    # The straggler's line is the user's: its flat view by line with library frames hidden.
+    story = rank_story(hide_library(e.steady))
     if story is None:
         return None
     waited, span, of_what, who, verdict = story
@@ -395,9 +400,9 @@ def rank_wait(e: Evidence) -> Finding | None:
         return None
     share = min(waited / span, 1.0)
     figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({share:.0%} of "
-              f"{of_what}; estimated from the ranks' start times)")
+              f"{of_what}, estimated from the ranks' start times)")
     if verdict is None:
-        return Finding("rank-wait", [], figure + "; no rank computes more than the others",
+        return Finding("rank-wait", [], figure + RANK_WHY + "no rank computes more than the others",
                        "the ranks arrive at collectives apart without one computing more: look for work "
                        "on one rank only (logging, checkpoints, evaluation on rank 0) and uneven input sizes",
                        share, e.of)
@@ -410,7 +415,7 @@ def rank_wait(e: Evidence) -> Finding | None:
     what = "GPU time" if verdict["metric"] == "gpu_time" else "host time"
     return Finding(
         "rank-wait", top,
-        figure + f"; rank {verdict['rank']} spends {_t(verdict['excess'])} more {what} than the others{where}",
+        figure + RANK_WHY + f"rank {verdict['rank']} spends {_t(verdict['excess'])} more {what} than the others{where}",
         f"every rank waits for the slowest at each collective: balance rank {verdict['rank']}'s work "
         "(equal batch and sequence lengths per rank), move work that one rank does alone (logging, "
         "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers",
@@ -444,4 +449,4 @@ def findings(profile: Profile) -> list[Finding]:
     return out
 
 
-__all__ = ["Finding", "RULES", "explaining_verdict", "findings", "rank_story"]
+__all__ = ["Finding", "RANK_WHY", "RULES", "explaining_verdict", "findings", "rank_story"]

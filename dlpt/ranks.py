@@ -220,6 +220,9 @@ def rank_totals(profile: Profile, metric: str) -> list[dict[str, Any]]:
 # A rank is called the straggler when its compute exceeds the median of the other ranks' by at
 # least this share of its own compute: below that, step-to-step noise dominates (a 2% spread
 # between identical ranks is ordinary), and every run would name one.
+# Metrics of waiting, not of work: a rank that waits more is not slower (it is the one kept
+# waiting), so the straggler rule is never applied to them.
+WAIT_METRICS = frozenset({"comm_wait_time", "gpu_idle_time", "sync_time"})
 STRAGGLER_MIN_SHARE = 0.05
 # The comm wait mirrors the excess when the fast ranks wait in collectives at least this share of
 # the slow rank's extra compute longer than it does.
@@ -264,6 +267,8 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     """
     from dlpt.views import flat
 
+    if metric in WAIT_METRICS:
+        return None
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
         return None

@@ -124,8 +124,14 @@ def test_the_rank_with_the_bigger_batch_is_the_straggler_on_its_forward_line(rec
     assert v["line"]["line"] == FORWARD_LINE and v["line"]["file"].endswith("ddp.py"), v
     fwd = next(h for h in doc["hotspots"] if h["line"] == FORWARD_LINE)
     assert fwd["per_rank"]["1"] > fwd["per_rank"]["0"]
+    # The header tells the diagnosis's story (rank-wait: who waited, for whom, on which line),
+    # whatever the metric shown: rank 1's extra host time is on its forward or backward line.
     text = dlpt("report", recorded, "--view", "flat", "--metric", "cpu_time").stdout
-    assert "straggler: rank 1" in text and f"ddp.py:{FORWARD_LINE}" in text.split("straggler:")[1].splitlines()[0]
+    head = text.split("straggler:")[1].splitlines()[0]
+    wait = next(f for f in doc["summary"]["findings"] if f["rule"] == "rank-wait")
+    assert head.startswith(" rank 1 spends") and "rank 1 spends" in wait["figure"], (head, wait)
+    line = wait["lines"][0].rpartition(":")[2]
+    assert int(line) in (FORWARD_LINE, FORWARD_LINE + 2) and f"ddp.py:{line} " in head, (head, wait)
 
 
 def test_python_m_dlpt_as_torchruns_program_with_default_names(tmp_path):

@@ -34,7 +34,7 @@ def test_hotspots_summary_holds_the_waits_and_they_add_up(name: str) -> None:
     assert s["sync_time"] == pytest.approx(int(prof.cct.exclusive[:, COL["sync_time"]].sum()) / 1000, abs=1e-3)
     assert isinstance(s["findings"], list)
     for f in s["findings"]:
-        assert set(f) == {"rule", "lines", "figure", "remedy"}
+        assert set(f) == {"rule", "lines", "figure", "remedy", "share", "of"}
 
 
 def test_report_header_and_json_agree(tmp_path) -> None:
@@ -48,7 +48,7 @@ def test_report_header_and_json_agree(tmp_path) -> None:
     if doc["summary"]["findings"]:
         assert "\ndiagnosis\n" in text
         for f in doc["summary"]["findings"]:
-            assert f"  {f['rule']}: " in text
+            assert f"  {f['rule']} [{100 * f['share']:.0f}% of the {f['of']}]: " in text
 
 
 def test_memory_headline_and_summary_from_a_profile_memory_trace() -> None:

@@ -191,7 +191,8 @@ def compile_lines(profile: Profile) -> list[str]:
 def rank_lines(profile: Profile, metric: str) -> list[str]:
     """Several ranks: each rank's total and communication share, and the straggler verdict
     (dlpt.ranks.straggler says the rule)."""
-    from dlpt.ranks import STRAGGLER_MIN_SHARE, left_out_text, rank_totals, ranks_without_gpu, straggler
+    from dlpt.findings import RANK_WHY
+    from dlpt.ranks import STRAGGLER_MIN_SHARE, WAIT_METRICS, left_out_text, rank_totals, ranks_without_gpu, straggler
 
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
@@ -205,6 +206,15 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
     left_out = ranks_without_gpu(profile, metric)
     if left_out and len(left_out) < len(totals):
         lines.append(left_out_text(left_out))
+    # One story of several ranks: where the diagnosis found ranks waiting for another, the
+    # straggler is the one it names (dlpt.findings.rank_wait), whatever the metric shown.
+    wait = next((f for f in findings(profile) if f.rule == "rank-wait"), None)
+    if wait is not None and RANK_WHY in wait.figure:
+        lines.append(f"straggler: {safe_text(wait.figure.split(RANK_WHY, 1)[1])} (the others wait for it: "
+                     "rank-wait, below)")
+        return lines
+    if metric in WAIT_METRICS:
+        return lines  # a wait says who was kept waiting, not who is slow
     v = straggler(profile, metric)
     if v is None or not any(v["compute"].values()):
         return lines  # nothing computed in this metric: no rank is slower than another
@@ -213,11 +223,13 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
         # The rule holds the excess to a share of the slowest rank's compute; said against the
         # others' median, as the excess is, that share is MIN / (1 - MIN).
         need = 100 * STRAGGLER_MIN_SHARE / (1 - STRAGGLER_MIN_SHARE)
-        pct = f"{v['excess_percent']:.1f}%" if v["excess_percent"] is not None else "infinitely"
+        pct = f"{v['excess_percent']:.1f}%" if v["excess_percent"] is not None else "infinitely"  # ≤ 5.3% here
         lines.append(f"ranks balanced: the slowest, {slow}, computes {pct} more than the "
                      f"median of the others (a straggler needs {need:.1f}%)")
         return lines
-    pct = f" ({v['excess_percent']:.1f}%)" if v["excess_percent"] is not None else ""
+    # Against a median near zero a share means nothing (118470%): the median itself says it.
+    pct = (f" ({v['excess_percent']:.1f}%)" if v["excess_percent"] is not None and v["excess_percent"] <= 100
+           else f" (the others' median: {fmt_metric(metric, v['compute'][str(v['rank'])] - v['excess'])})")
     text = (f"straggler: {slow} computes {fmt_metric(metric, v['excess'])}{pct} more "
             "than the median of the others")
     if v["line"]:
