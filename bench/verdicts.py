@@ -22,6 +22,9 @@ Programs (NAME), their command lines, and what checks the verdict:
 - `trainer`: a Hugging Face Trainer run (bench/workloads/hf_trainer.py, 2 loader workers), whose
   library code reads the loss every logging step. Check: any sync finding names library code, not
   an `.item()` of the user's.
+- `loader-trace`: bench/workloads/loader_trace.py, a DataLoader-bound loop recorded by torch.profiler
+  (stacks, a schedule): its trace read as a user's, with its `--check` (dataloader-wait within
+  15% of the loop's own timer, ≥ 90% of the idle on source lines); the trace is kept under $OUT.
 - `short`: bench/gpu_cases/idle_truth.py (its own timers and CUDA events), with its `--check`.
 Writes verdicts.json under $OUT and a table: program, verdict (rule, share), phases, truth, check.
 """
@@ -37,7 +40,8 @@ from typing import Any
 
 import runlib as rl
 
-PROGRAMS = ("gptfast-compile", "gptfast-eager", "imagenet", "nanogpt", "nanogpt-compile", "timm", "trainer", "short")
+PROGRAMS = ("gptfast-compile", "gptfast-eager", "imagenet", "nanogpt", "nanogpt-compile", "timm", "trainer",
+            "loader-trace", "short")
 NANOGPT_ARGS = ["config/train_shakespeare_char.py", "--max_iters=60", "--eval_interval=1000", "--eval_iters=5",
                 "--log_interval=1", "--always_save_checkpoint=False"]
 _DATA = re.compile(r"Epoch: \[\d+\]\[\s*(\d+)/\d+\].*Data\s+([0-9.]+)")
@@ -172,6 +176,26 @@ class Verdicts:
         truth = "Trainer ran" if line else "no TRAINER_RESULT"
         self.row("trainer", s, truth, ok if s else None, "" if ok else "asks to remove an .item() that is library code's")
 
+    def loader_trace(self) -> None:
+        """A DataLoader-bound loop recorded by torch.profiler (not dlpt): the trace is read as a
+        user's trace is, and kept (gzipped, under $OUT) as test data."""
+        import gzip
+        import shutil
+
+        src = os.path.join(rl.WORKLOADS, "loader_trace.py")
+        d = os.path.join(self.work, "loader_trace")
+        r = rl.run([rl.PY, src, d], cwd=self.work, timeout=240, log=self.log)
+        chk = rl.run([rl.PY, src, "--check", d], cwd=self.work, timeout=120, log=self.log)
+        s = rl.hotspots_summary(os.path.join(d, "trace")) if r["rc"] == 0 else {"error": f"rc {r['rc']}"}
+        self.res["loader-trace"] = {"check_lines": chk.out_lines, "summary": s}
+        for name in os.listdir(os.path.join(d, "trace")) if r["rc"] == 0 else []:
+            with open(os.path.join(d, "trace", name), "rb") as fi, gzip.open(
+                    os.path.join(self.out, "loader_trace.pt.trace.json.gz"), "wb") as fo:
+                shutil.copyfileobj(fi, fo)
+            shutil.copy(os.path.join(d, "truth.json"), os.path.join(self.out, "loader_trace.truth.json"))
+            break
+        self.row("loader-trace", s, " | ".join(chk.out_lines[-3:-1]), chk["rc"] == 0, "")
+
     def short(self) -> None:
         src = os.path.join(rl.BENCH, "gpu_cases", "idle_truth.py")
         truth_json = os.path.join(self.work, "idle_truth.json")
@@ -187,7 +211,7 @@ class Verdicts:
         todo = {"gptfast-compile": (lambda: self.gptfast(True), 150), "gptfast-eager": (lambda: self.gptfast(False), 60),
                 "imagenet": (self.imagenet, self.a.imagenet_s + 40), "nanogpt": (lambda: self.nanogpt(False), 40),
                 "nanogpt-compile": (lambda: self.nanogpt(True), 120), "timm": (self.timm, 60),
-                "trainer": (self.trainer, 60), "short": (self.short, 40)}
+                "trainer": (self.trainer, 60), "loader-trace": (self.loader_trace, 40), "short": (self.short, 40)}
         for name in self.a.programs.split(","):
             fn, estimate = todo[name]
             if not self.budget.allows(estimate):

@@ -4,8 +4,9 @@ never overlap, each line's share of it, and what the program already does.
 The split. Over the steady state (dlpt/phases.py; the whole profile when it has no phases) the
 GPUs' time D is busy B plus idle I. Busy holds the collectives' waits W (a rank's NCCL kernel
 spinning for a late rank: `comm_wait_time`) and pageable copies C (staged through the host), and
-B − W − C is the GPU computing. Idle is start-up and unattributed U (no host line ran) plus what
-the host lines are blamed for; of that, A is what syncs cost: the idle while the host was
+B − W − C is the GPU computing. Idle is start-up and unattributed U (no host line ran), Q while
+work the host had launched waited to start (launch latency, a CUDA graph's nodes one after
+another, a profiler's records: not the host's doing), plus what the host lines are blamed for; of that, A is what syncs cost: the idle while the host was
 blocked in one, and, where the GPU ran dry during a sync, the idle after it until the host
 launched again (`after_sync`); the rest is shared between the lines that ran during the gaps,
 by their class:
@@ -15,7 +16,7 @@ by their class:
 - the host's own Python (every other line: per-sample loops, preprocessing, logging): P;
 
 each line's idle scaled by (blamed − A) / blamed, so that A + L + K + P is the blamed idle.
-D = (B − W − C) + W + C + A + L + K + P + U, so the verdicts, one per part, never add up to more
+D = (B − W − C) + Q + W + C + A + L + K + P + U, so the verdicts, one per part, never add up to more
 than the steady state.
 """
 
@@ -148,6 +149,7 @@ class Split:
     busy: int = 0  # B
     comm_wait: int = 0  # W, inside B
     pageable: int = 0  # C, inside B
+    queued: int = 0  # Q: idle with work queued (launch latency, a graph's nodes, a profiler's records)
     after_sync: int = 0  # A
     loader: float = 0.0  # L
     launch: float = 0.0  # K
@@ -209,7 +211,8 @@ def split(profile: Profile, w: Waits, lines: Lines) -> Split:
     in_loader = lines.sums(np.where(loader_mask(profile, lines), idle, 0.0))
     parts = w.idle_parts
     s.unplaced = int(parts.get("start-up", 0) + parts.get("unattributed", 0))
-    blamed = max(float(w.idle or 0) - s.unplaced, 0.0)
+    s.queued = int(parts.get("queued", 0))
+    blamed = max(float(w.idle or 0) - s.unplaced - s.queued, 0.0)
     s.after_sync = int(min(s.after_sync, blamed))
     scale = (blamed - s.after_sync) / blamed if blamed > 0 else 0.0
     s.lines_loader = in_loader * scale

@@ -94,10 +94,11 @@ def _of(e: Evidence, part: float) -> str:
 
 def gpu_bound(e: Evidence) -> Finding | None:
     s = e.split
-    # Busy decides (copies and collectives' waits keep the GPU from other work too); the share
-    # explained is its computing, the rest being pageable-copies' and rank-wait's.
-    share = s.share(s.compute)
-    if not s.device or s.share(s.busy) <= GPU_BUSY_ABOVE:
+    # Busy and queued decide: the host kept the GPU fed (copies and collectives' waits keep it
+    # from other work too). The share explained is its computing and queue, the rest being
+    # pageable-copies' and rank-wait's.
+    share = s.share(s.compute + s.queued)
+    if not s.device or s.share(s.busy + s.queued) <= GPU_BUSY_ABOVE:
         return None
     lines = e.lines.top(e.lines.sums(column(e.steady, "gpu_time").astype(np.float64)))
     done = []
@@ -108,8 +109,10 @@ def gpu_bound(e: Evidence) -> Finding | None:
     already = f" (the program is already {' and '.join(done)})" if done else ""
     tools = ("fewer, larger ops" if e.traits.compiled else "fused or compiled kernels (torch.compile) and fewer, larger ops")
     apart = " (its waits in collectives and pageable copies left out)" if s.comm_wait or s.pageable else ""
+    queue = (f", {s.share(s.queued):.1%} of it between kernels already launched (launch latency, a graph's "
+             "nodes, a profiler's own records)") if s.share(s.queued) >= 0.01 else ""
     return Finding(
-        "gpu-bound", lines, f"GPU busy {share:.1%} of the {e.of}{apart}{already}",
+        "gpu-bound", lines, f"GPU busy {share:.1%} of the {e.of}{apart}{queue}{already}",
         "the GPU is the bottleneck, so the kernels themselves matter: see the top kernels "
         f"(dlpt report --view flat --by kernel) and their lines; mixed precision (bf16/AMP), {tools} "
         "make them faster", share, e.of)

@@ -52,8 +52,10 @@ I64 = np.int64
 # The named rows (kind `unattributed`, `<unattributed: ...>`) holding the idle no line is blamed for.
 IDLE_STARTUP = "GPU idle before the first kernel (start-up)"
 IDLE_UNATTRIBUTED = "GPU idle with no host line running"
+IDLE_QUEUED = "GPU idle with work queued (launch latency, a graph's nodes, dependencies, a profiler's records)"
 STARTUP_FRAME = unattributed_frame(IDLE_STARTUP)
 UNATTRIBUTED_FRAME = unattributed_frame(IDLE_UNATTRIBUTED)
+QUEUED_FRAME = unattributed_frame(IDLE_QUEUED)
 TIMELINE_BINS = 500
 
 # Reasons in `skipped`, so that viewers and tests name them the same way.
@@ -125,7 +127,8 @@ class DeviceIdle:
     idle: int = 0
     startup: int = 0
     unattributed: int = 0
-    blamed: int = 0  # idle - start-up - unattributed: what the host lines share
+    queued: int = 0  # idle while the GPU had work launched and waiting: not the host's doing
+    blamed: int = 0  # idle - start-up - unattributed - queued: what the host lines share
 
 
 @dataclass
@@ -148,13 +151,14 @@ class IdleBlame:
         d = self.devices.values()
         return {"busy": sum(x.busy for x in d), "idle": sum(x.idle for x in d), "host": self.host,
                 "sync": self.sync, "start-up": sum(x.startup for x in d),
-                "unattributed": sum(x.unattributed for x in d)}
+                "unattributed": sum(x.unattributed for x in d), "queued": sum(x.queued for x in d)}
 
     def meta(self) -> dict[str, Any]:
         """`meta["gpu_idle"]`: the totals, per device, and what was skipped."""
         out: dict[str, Any] = dict(self.totals())
         out["devices"] = {str(k): {"window": v.window, "busy": v.busy, "idle": v.idle, "start-up": v.startup,
-                                   "unattributed": v.unattributed} for k, v in sorted(self.devices.items())}
+                                   "unattributed": v.unattributed, "queued": v.queued}
+                          for k, v in sorted(self.devices.items())}
         out["skipped"] = dict(self.skipped)
         out["after_sync"] = self.after_sync
         return out
@@ -238,9 +242,11 @@ def largest_remainder(values: np.ndarray, total: int) -> np.ndarray:
 
 def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarray, np.ndarray]],
           h_start: np.ndarray, h_end: np.ndarray, h_node: np.ndarray, h_thread: np.ndarray,
-          h_sync: np.ndarray | None = None) -> IdleBlame:
+          h_sync: np.ndarray | None = None,
+          ready: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> IdleBlame:
     """Blame each device's idle time on the host intervals that ran meanwhile (module docstring).
-    Bad input is skipped and counted in `.skipped`, never raised."""
+    `ready[d]`: when device d had work queued (each launch to its start): idle inside it is
+    `queued`, not blamed on the host. Bad input is skipped and counted in `.skipped`, never raised."""
     out = IdleBlame(per_node=np.zeros(n_nodes, dtype=I64))
     hs, he, hn, ht = _arr(h_start), _arr(h_end), _arr(h_node), _arr(h_thread)
     hy = np.zeros(len(hs), dtype=bool) if h_sync is None else np.asarray(h_sync).reshape(-1).astype(bool)
@@ -257,7 +263,9 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
 
     shares = np.zeros(len(hs))
     blamed = 0
-    overlaps_any = False
+    overlaps_any = any(bool(((he > int(w0)) & (hs < int(w1))).any()) for w0, w1 in windows.values())
+    if len(hs) and not overlaps_any:
+        ready = None  # the host's clock is not the GPU's: its launch times say nothing either
     sync_s, sync_e = busy_union(hs[hy], he[hy])  # when some launching thread was blocked in a sync
     for dev, (w0, w1) in sorted(windows.items()):
         w0, w1 = int(w0), int(w1)
@@ -281,9 +289,16 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
         gs, ge = ue, np.r_[us[1:], I64(w1)]
         g = ge > gs
         gs, ge = gs[g], ge[g]
+        if ready and dev in ready:
+            # The parts of the gaps where no launched work was waiting: the host's to explain.
+            rs, re_ = busy_union(np.clip(_arr(ready[dev][0]), first, w1), np.clip(_arr(ready[dev][1]), first, w1))
+            cs, ce = np.r_[I64(first), re_], np.r_[rs, I64(w1)]
+            keep = ce > cs
+            total = int((ge - gs).sum())
+            gs, ge, _ = clip_to_spans(cs[keep], ce[keep], gs, ge)
+            d.queued = total - int((ge - gs).sum())
         hs_c, he_c = np.clip(hs, first, w1), np.clip(he, first, w1)
         live = he_c > hs_c
-        overlaps_any = overlaps_any or bool(((he > w0) & (hs < w1)).any())
         if len(sync_s) and len(gs):
             k = np.searchsorted(sync_s, gs, side="right") - 1
             until = sync_e[np.maximum(k, 0)]
@@ -293,7 +308,7 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
         shares[live] += dev_shares
         blamed += dev_blamed
         d.blamed = dev_blamed
-        d.unattributed = d.idle - d.startup - dev_blamed
+        d.unattributed = d.idle - d.startup - d.queued - dev_blamed
     if len(hs) and windows and not overlaps_any:
         _add(out.skipped, HOST_CLOCK, len(hs))
     # One rounding over (node, sync) keys for all devices: per node, host and sync are exact
@@ -321,6 +336,7 @@ def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> dict[str, 
             t.idle += v.idle
             t.startup += v.startup
             t.unattributed += v.unattributed
+            t.queued += v.queued
             t.blamed += v.blamed
     return out.meta()
 
@@ -332,7 +348,8 @@ def idle_column(res: IdleBlame, builder: TreeBuilder, frames: FrameTable,
     equals the total idle."""
     nz = np.flatnonzero(res.per_node)
     tot = res.totals()
-    rows = [(STARTUP_FRAME, tot["start-up"]), (UNATTRIBUTED_FRAME, tot["unattributed"])]
+    rows = [(STARTUP_FRAME, tot["start-up"]), (UNATTRIBUTED_FRAME, tot["unattributed"]),
+            (QUEUED_FRAME, tot["queued"])]
     nodes = [builder.child(root, frames.intern(f)) for f, v in rows if v]
     vals = [v for _, v in rows if v]
     return np.r_[nz, np.asarray(nodes, dtype=I64)], np.r_[res.per_node[nz], np.asarray(vals, dtype=I64)]
@@ -385,7 +402,8 @@ def clip_to_spans(ss: np.ndarray, se: np.ndarray, hs: np.ndarray,
 def blame_phases(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarray, np.ndarray]],
                  spans: dict[int, tuple[np.ndarray, np.ndarray]], h_start: np.ndarray, h_end: np.ndarray,
                  h_node: np.ndarray, h_thread: np.ndarray, h_sync: np.ndarray | None,
-                 node_in_phase: Any) -> tuple[dict[int, IdleBlame], dict[str, int]]:
+                 node_in_phase: Any,
+                 ready: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> tuple[dict[int, IdleBlame], dict[str, int]]:
     """`blame` for each phase of a run (dlpt/phases.py): `spans[p]` are phase p's sorted, disjoint
     stretches of the window. The idle inside them is blamed on the host intervals' pieces inside
     them — each piece's node moved into phase p by `node_in_phase(nodes, p)` (a sample taken as
@@ -427,7 +445,7 @@ def blame_phases(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[i
             outside_e = np.r_[ss[:1], inner[0], I64(w1)] if len(ss) else np.r_[I64(w1)]
             bs, be = busy.get(d, (np.zeros(0, I64), np.zeros(0, I64)))
             pbusy[d] = (np.r_[_arr(bs), outside_s], np.r_[_arr(be), outside_e])
-        res = blame(n, windows, pbusy, ps, pe, pn, ht[src], hy[src])
+        res = blame(n, windows, pbusy, ps, pe, pn, ht[src], hy[src], ready)
         for d, (w0, w1) in windows.items():
             if d in res.devices:
                 dv = res.devices[d]

@@ -11,7 +11,7 @@ from typing import Any
 from dlpt.metrics import COL
 from dlpt.profile import Profile
 
-IDLE_PARTS = ("host", "sync", "start-up", "unattributed")
+IDLE_PARTS = ("host", "sync", "start-up", "unattributed", "queued")
 
 
 @dataclass

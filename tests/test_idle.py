@@ -97,7 +97,7 @@ def test_one_thread_shares_a_gap_by_its_lines_host_time_two_threads_equally():
     res = blame(4, {0: (0, 110)}, {0: (_a([0, 100]), _a([10, 110]))},
                 _a([10, 40, 70]), _a([40, 100, 100]), _a([1, 2, 3]), _a([0, 0, 1]))
     assert res.per_node.tolist() == [0, 30, 30 + 15, 15]
-    assert res.totals() == {"busy": 20, "idle": 90, "host": 90, "sync": 0, "start-up": 0, "unattributed": 0}
+    assert res.totals() == {"busy": 20, "idle": 90, "host": 90, "sync": 0, "start-up": 0, "unattributed": 0, "queued": 0}
 
 
 def test_sync_part_and_start_up_and_unattributed():
@@ -107,7 +107,7 @@ def test_sync_part_and_start_up_and_unattributed():
                 _a([30, 80]), _a([60, 100]), _a([1, 2]), _a([0, 0]), np.array([True, False]))
     tot = res.totals()
     assert (tot["start-up"], tot["sync"], tot["host"], tot["unattributed"]) == (20, 30, 20, 20)
-    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 10, "idle": 90, "start-up": 20, "unattributed": 20}
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 10, "idle": 90, "start-up": 20, "unattributed": 20, "queued": 0}
 
 
 def test_bad_input_is_skipped_and_said():
@@ -168,7 +168,7 @@ def test_idle_rows_conserve_idle_in_the_tree_and_the_summary_reads_them():
     assert int(prof.cct.exclusive[:, COL["gpu_idle_time"]].sum()) == res.totals()["idle"] == 85
     w = waits(prof)
     assert (w.wall, w.busy, w.idle, w.sync_time, w.device_time) == (100, 15, 85, 30, 100)
-    assert w.idle_parts == {"host": 0, "sync": 30, "start-up": 20, "unattributed": 35}
+    assert w.idle_parts == {"host": 0, "sync": 30, "start-up": 20, "unattributed": 35, "queued": 0}
     assert w.busy_share == 0.15 and w.to_json()["idle"]["start-up"] == 20
 
 

@@ -64,7 +64,8 @@ def test_real_traces_idle_and_sync_equal_the_json(trace_name):
     exc = prof.cct.exclusive.sum(axis=0)
     assert int(exc[COL["sync_time"]]) == sync > 0
     # Conservation: the tree holds all the idle, split into host, sync, start-up and unattributed.
-    assert int(exc[COL["gpu_idle_time"]]) == gi["idle"] == gi["host"] + gi["sync"] + gi["start-up"] + gi["unattributed"]
+    assert int(exc[COL["gpu_idle_time"]]) == gi["idle"] == (gi["host"] + gi["sync"] + gi["start-up"] + gi["unattributed"]
+                                                         + gi["queued"])
     assert int(prof.cct.inclusive[0, COL["gpu_idle_time"]]) == gi["idle"]
     assert gi["skipped"] == {}
     w = waits(prof)
@@ -133,8 +134,11 @@ def test_idle_lands_on_the_lines_running_during_each_gap(tmp_path):
     idle_by = _by_line(prof, "gpu_idle_time")
     # Each of the 3 gaps (190 us, from a kernel's end to the next one's start): line 11 runs
     # 100 us of it, line 12 60 (its own time, aten::item's and the synchronize inside), main
-    # (line 5) 20 between the steps, and line 10 10 before its kernel starts.
-    assert idle_by == {11: 300_000, 12: 180_000, 5: 60_000, 10: 30_000}
+    # (line 5) 20 between the steps, and line 10 2.5 until its cudaLaunchKernel (t+2.5); from the
+    # launch to the kernel's start (t+10) the work is queued: 7.5 us, not the host's doing.
+    queued = f"<unattributed: {idle.IDLE_QUEUED}>"
+    assert idle_by == {11: 300_000, 12: 180_000, 5: 60_000, 10: 7_500, queued: 22_500}
+    assert gi["queued"] == 22_500
     assert sum(idle_by.values()) == gi["idle"]
     assert gi["sync"] == 3 * 50_000 and gi["unattributed"] == 0
     sync_by = _by_line(prof, "sync_time")

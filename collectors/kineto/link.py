@@ -89,7 +89,7 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
                      builder, frames, base, min(first) if first else None, out)
     if meta is not None:
         wait_metrics(spans, end, nodes.node, cols.gpu, builder, frames, base,
-                     as_int(trace.baseTimeNanoseconds, 0), out, meta)
+                     as_int(trace.baseTimeNanoseconds, 0), out, meta, cols.launch_of_corr)
 
 
 def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,

@@ -99,10 +99,12 @@ def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.
 
 def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], int], gpu: list[tuple],
                  builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int, out: ActivityColumns,
-                 meta: dict[str, Any]) -> None:
+                 meta: dict[str, Any], launch_of_corr: dict[int, int] | None = None) -> None:
     """Add host_time, sync_time and gpu_idle_time to `out.extra` (nodes made in `builder` as
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
-    `meta`. `raw_end` is each span's end before nesting clipped it: a synchronize counts whole."""
+    `meta`. `raw_end` is each span's end before nesting clipped it: a synchronize counts whole.
+    `launch_of_corr` (correlation → launch span) tells when each GPU activity was launched: idle
+    while launched work waited to start is `queued`, not the host's (dlpt/idle.py)."""
     kind, start = spans.kind, spans.start
     node_memo = np.full(len(kind), -1, dtype=I64)
 
@@ -129,6 +131,12 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     skipped: dict[str, int] = {}
     busy = split_by_device(g_dev, g_start, g_end, skipped)
     windows = activity_windows(busy)
+    ready = None
+    if launch_of_corr:
+        li = np.fromiter((launch_of_corr.get(g[4], -1) if g[4] >= 0 else -1 for g in gpu), dtype=I64, count=len(gpu))
+        has = li >= 0
+        launched = np.where(has, start[np.maximum(li, 0)], g_start)
+        ready = split_by_device(g_dev[has], launched[has], g_start[has])
     if not windows:
         if len(kind):  # no GPU work: the window is the host's
             meta["window"] = {"start": base_ns + int(start.min()), "end": base_ns + int(raw_end.max())}
@@ -139,7 +147,7 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     chosen = launching & ((kind != LAUNCH) | sync)
     hs, he, owner = self_intervals(spans, chosen)
     h_node = node_ids(owner)
-    res = blame(len(builder), windows, busy, hs, he, h_node, spans.thread[owner], sync[owner])
+    res = blame(len(builder), windows, busy, hs, he, h_node, spans.thread[owner], sync[owner], ready)
     res.skipped.update(skipped)
     out.extra["gpu_idle_time"] = idle_column(res, builder, frames, base)
     w0 = min(w[0] for w in windows.values())

@@ -384,7 +384,7 @@ py::bytes column(const std::vector<T>& v) {
 // (busy_device/busy_start/busy_end, merged; CUPTI's clock); the window (steady clock, end 0
 // while recording), CUPTI's clock offset, the threads that launched GPU work.
 py::dict host_snapshot() {
-  std::vector<int64_t> hn, hv, sn, sv, is, ie, in, it, iy, bd, bs, be, launch_tids, pt, pp;
+  std::vector<int64_t> hn, hv, sn, sv, is, ie, in, it, iy, bd, bs, be, rd, rs, re, launch_tids, pt, pp;
   int64_t w0, w1, now = steady_ns();
   {
     py::gil_scoped_release nogil;
@@ -408,6 +408,10 @@ py::dict host_snapshot() {
       for (auto& [d, b] : g_busy) {
         busy_merge(b);
         for (auto& [x, y] : b.iv) bd.push_back(d), bs.push_back(x), be.push_back(y);
+      }
+      for (auto& [d, b] : g_ready) {
+        busy_merge(b);
+        for (auto& [x, y] : b.iv) rd.push_back(d), rs.push_back(x), re.push_back(y);
       }
     }
     {
@@ -433,6 +437,9 @@ py::dict host_snapshot() {
   d["busy_device"] = column(bd);
   d["busy_start"] = column(bs);
   d["busy_end"] = column(be);
+  d["ready_device"] = column(rd);  // work queued: launch to start, merged (CUPTI's clock)
+  d["ready_start"] = column(rs);
+  d["ready_end"] = column(re);
   d["launch_tids"] = column(launch_tids);
   d["phase_t"] = column(pt);  // each phase change (steady clock) and the phase it started
   d["phase_id"] = column(pp);

@@ -8,7 +8,7 @@ namespace {
 // ----- device side: CUPTI -----
 
 // host.h (included after this file): GPU busy intervals and sync time.
-void busy_add(int64_t device, int64_t start, int64_t end);
+void busy_add(int64_t device, int64_t start, int64_t end, int64_t launched);
 void sync_enter(ThreadState& ts, int64_t node);
 void sync_exit(ThreadState& ts);
 void collective_kernel_log(int64_t node, int64_t start, int64_t end);
@@ -34,6 +34,7 @@ std::unordered_map<LeafKey, int64_t, LeafKeyHash> g_leaf_idx;
 std::unordered_map<const char*, std::pair<int64_t, bool>> g_kernel_name_cache;
 std::atomic<int64_t> g_records{0}, g_unlinked{0};
 int64_t g_no_launch_node = -1;
+double g_buffer_rate = 1.0;  // ns per tick, taken once per activity buffer (buffer_completed)
 
 void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int64_t bytes, int64_t device,
                      int64_t stream) {
@@ -52,25 +53,30 @@ void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int6
   l.bytes += bytes;
 }
 
-// CUPTI correlation id → node, as a ring: ids grow, and a record arrives within a flush of
-// its launch, so the last 2^20 launches in flight are enough (16 MiB, no allocation per launch).
+// CUPTI correlation id → (node, when the host launched it), as a ring: ids grow, and a record
+// arrives within a flush of its launch, so the last 2^20 launches in flight are enough (24 MiB,
+// no allocation per launch). The launch time (TSC ticks) tells GPU idle with work queued from
+// idle waiting for the host (host.h, `ready_add`).
 constexpr uint64_t kCorrBits = 20, kCorrSize = uint64_t(1) << kCorrBits;
 struct CorrSlot {
   std::atomic<uint64_t> corr{0};
   std::atomic<int64_t> node{-1};
+  std::atomic<int64_t> tick{0};
 };
 CorrSlot* g_corr = nullptr;
 
-void corr_put(uint64_t corr, int64_t node) {
+void corr_put(uint64_t corr, int64_t node, int64_t tick) {
   CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
   s.corr.store(0, std::memory_order_relaxed);
   s.node.store(node, std::memory_order_relaxed);
+  s.tick.store(tick, std::memory_order_relaxed);
   s.corr.store(corr, std::memory_order_release);
 }
 
-int64_t corr_get(uint64_t corr) {
+int64_t corr_get(uint64_t corr, int64_t* tick = nullptr) {
   CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
   if (s.corr.load(std::memory_order_acquire) != corr) return -1;
+  if (tick != nullptr) *tick = s.tick.load(std::memory_order_relaxed);
   return s.node.load(std::memory_order_relaxed);
 }
 
@@ -152,7 +158,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   ThreadState& ts = tstate();
   int64_t node = launch_node(ts);
   if (launch) {
-    corr_put(cb->correlationId, node);
+    corr_put(cb->correlationId, node, ticks());
     if (!ts.launched.load(std::memory_order_relaxed)) ts.launched.store(true, std::memory_order_relaxed);
   }
   if (sync) sync_enter(ts, node);
@@ -166,8 +172,11 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-int64_t record_node(uint32_t corr) {
-  int64_t n = corr_get(corr);
+// The node a record's launch was placed on; `launched`: when, in CUPTI's clock (0: unknown).
+int64_t record_node(uint32_t corr, int64_t* launched) {
+  int64_t tick = 0;
+  int64_t n = corr_get(corr, &tick);
+  *launched = tick != 0 ? g_ns0 + int64_t(double(tick - g_tick0) * g_buffer_rate) + g_cupti_offset : 0;
   if (n >= 0) return n;
   g_unlinked.fetch_add(1, std::memory_order_relaxed);
   if (g_no_launch_node < 0) {
@@ -185,13 +194,16 @@ int64_t name_idx(const std::string& s) {
 template <typename Copy>
 void add_copy(const Copy* m) {
   auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
-  add_leaf_locked(record_node(m->correlationId), cn.second, name_idx(cn.first), int64_t(m->end - m->start),
-                  int64_t(m->bytes), m->deviceId, m->streamId);
-  busy_add(m->deviceId, int64_t(m->start), int64_t(m->end));
+  int64_t launched;
+  int64_t node = record_node(m->correlationId, &launched);
+  add_leaf_locked(node, cn.second, name_idx(cn.first), int64_t(m->end - m->start), int64_t(m->bytes), m->deviceId,
+                  m->streamId);
+  busy_add(m->deviceId, int64_t(m->start), int64_t(m->end), launched);
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
+  g_buffer_rate = ns_per_tick();  // launch times are in ticks: one conversion rate per buffer
   std::lock_guard<std::mutex> lk(g_leaf_mu);
   while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     switch (rec->kind) {
@@ -219,9 +231,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
           std::free(dm);
           g_kernel_name_cache.emplace(kn, std::make_pair(name, coll));
         }
-        int64_t node = record_node(k->correlationId);
+        int64_t launched;
+        int64_t node = record_node(k->correlationId, &launched);
         add_leaf_locked(node, A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId, k->streamId);
-        busy_add(k->deviceId, int64_t(k->start), int64_t(k->end));
+        busy_add(k->deviceId, int64_t(k->start), int64_t(k->end), launched);
         // A collective's kernel starts on its GPU when this rank arrives there and ends once every
         // rank has: its start is the rank's arrival (dlpt/commwait.py), kept per kernel.
         if (coll) collective_kernel_log(node, int64_t(k->start), int64_t(k->end));
@@ -236,9 +249,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<DLPT_MEMSET_T*>(rec);
         std::string nm = std::string("Memset (") + mem_kind(m->memoryKind) + ")";
-        add_leaf_locked(record_node(m->correlationId), A_MEMSET, name_idx(nm), int64_t(m->end - m->start),
-                        int64_t(m->bytes), m->deviceId, m->streamId);
-        busy_add(m->deviceId, int64_t(m->start), int64_t(m->end));
+        int64_t launched;
+        int64_t node = record_node(m->correlationId, &launched);
+        add_leaf_locked(node, A_MEMSET, name_idx(nm), int64_t(m->end - m->start), int64_t(m->bytes), m->deviceId,
+                        m->streamId);
+        busy_add(m->deviceId, int64_t(m->start), int64_t(m->end), launched);
         break;
       }
       default:

@@ -57,6 +57,10 @@ struct Busy {
   size_t merged = 0;  // iv[0, merged) is sorted and disjoint
 };
 std::unordered_map<int64_t, Busy> g_busy;  // under g_leaf_mu (device.h) with the leaves
+// When the GPU had work queued: from each kernel's, copy's and memset's launch (the host's call)
+// to its start. Idle inside these is not the host's doing — launch latency, a graph replay's
+// nodes one after another, a profiler's records — and dlpt/idle.py keeps it apart. Merged like busy.
+std::unordered_map<int64_t, Busy> g_ready;  // under g_leaf_mu
 
 void busy_merge(Busy& b) {
   if (b.merged == b.iv.size()) return;
@@ -73,12 +77,16 @@ void busy_merge(Busy& b) {
   b.merged = w;
 }
 
-// Caller holds g_leaf_mu.
-void busy_add(int64_t device, int64_t start, int64_t end) {
-  if (end <= start || g_diag_no_waits) return;
-  Busy& b = g_busy[device];
+void interval_add(Busy& b, int64_t start, int64_t end) {
   b.iv.emplace_back(start, end);
   if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
+}
+
+// Caller holds g_leaf_mu. `launched`: when the host launched it (CUPTI's clock; 0: unknown).
+void busy_add(int64_t device, int64_t start, int64_t end, int64_t launched) {
+  if (end <= start || g_diag_no_waits) return;
+  interval_add(g_busy[device], start, end);
+  if (launched > 0 && launched < start) interval_add(g_ready[device], launched, start);
 }
 
 // ----- collective calls and kernels (the op callback, collector.cpp; device.h) -----
@@ -370,6 +378,7 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   {
     std::lock_guard<std::mutex> lk(g_leaf_mu);
     g_busy.clear();
+    g_ready.clear();
   }
   g_coll.clear();
   g_coll_k.clear();

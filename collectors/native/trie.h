@@ -137,7 +137,8 @@ int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
 // field of each record. The converter names the phases and merges them into one tree with a table
 // per phase beside it (dlpt/phases.py). Raw ids, as collectors/record/phases.py knows them:
 // start-up (before any GPU work), warm-up (from the first GPU work to the end of the first step),
-// steady (after it), compile (while torch.compile compiles, autotunes or captures a CUDA graph).
+// steady (after it, or after the first compile), compile (while torch.compile compiles, autotunes
+// or captures a CUDA graph).
 constexpr int64_t P_STARTUP = 0, P_WARMUP = 1, P_STEADY = 2, P_COMPILE = 3;
 std::atomic<int64_t> g_phase_node{0};   // the current phase's node (0, the root, with phases off)
 std::atomic<uint64_t> g_phase_gen{0};   // bumped at every change: threads re-derive their base
@@ -191,6 +192,9 @@ void set_phase(int64_t p) {
 void compile_phase(int64_t delta) {
   std::lock_guard<std::mutex> lk(g_phase_mu);
   g_compile_depth = std::max<int64_t>(0, g_compile_depth + delta);
+  // The first compile's end ends the warm-up too: a program compiles on its first calls, and
+  // what runs after is its loop (a decode loop has no optimizer step to say so).
+  if (delta < 0 && g_compile_depth == 0 && g_phase_base == P_WARMUP) g_phase_base = P_STEADY;
   phase_apply_locked();
 }
 

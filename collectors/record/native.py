@@ -104,6 +104,9 @@ class HostSnapshot(NamedTuple):
     busy_device: np.ndarray
     busy_start: np.ndarray
     busy_end: np.ndarray
+    ready_device: np.ndarray  # the GPU with work queued (a launch to its start), merged per device
+    ready_start: np.ndarray
+    ready_end: np.ndarray
     launch_tids: np.ndarray
     phase_t: np.ndarray  # each phase change (steady clock) ...
     phase_id: np.ndarray  # ... and the raw phase it started (P_STARTUP, ...)

@@ -7,10 +7,11 @@ so the phase is known where work happens, at no cost per op. Its raw phases:
 * start-up — from the start of recording to the program's first GPU work (the first launch or
   copy: CUPTI's callback switches it), or, without a GPU, for the whole run;
 * warm-up — from the first GPU work to the end of the first step (an optimizer's `step()` or
-  `dlpt.step()`): the first step's one-off work (lazy initialisation, cuDNN's and cuBLAS's
-  choices, the allocator's growth). A program without steps never ends it: then it is the
-  steady state;
-* steady — after the first step;
+  `dlpt.step()`) or of the first compile, whichever comes first: the first step's one-off work
+  (lazy initialisation, cuDNN's and cuBLAS's choices, the allocator's growth, the eager code
+  that runs before a compiled function's first call). A program with neither never ends it:
+  then it is the steady state (an eager decode or inference loop);
+* steady — after that;
 * compile — while torch.compile compiles (Dynamo's compile callbacks: tracing, AOTAutograd,
   Inductor, a lazy backward's compile, a CUDA graph's recording), autotunes (a Triton kernel's
   first run benchmarking its configs) or warms up and captures a CUDA graph; it nests and
@@ -40,10 +41,10 @@ MAX_SPANS = 5000  # stretches kept in meta: a run that recompiles every step wou
 
 
 def phase_names(steps_seen: int, raw_seen: set[int]) -> dict[str, str]:
-    """Each raw phase's name in the profile. Warm-up is start-up once a step ended it, else the
-    steady state (a loop without steps: decode, inference); a run that never left start-up (no
-    GPU work, no step) was all steady state."""
-    warm = STARTUP if steps_seen else STEADY
+    """Each raw phase's name in the profile. Warm-up is start-up once a step or a compile ended
+    it, else the steady state (an eager loop without steps: decode, inference); a run that never
+    left start-up (no GPU work, no step) was all steady state."""
+    warm = STARTUP if steps_seen or P_COMPILE in raw_seen else STEADY
     only_startup = not raw_seen - {P_STARTUP, P_COMPILE}
     return {RAW_NAMES[P_STARTUP]: STEADY if only_startup else STARTUP, RAW_NAMES[P_WARMUP]: warm,
             RAW_NAMES[P_STEADY]: STEADY, RAW_NAMES[P_COMPILE]: COMPILE}
@@ -135,14 +136,15 @@ class Rehome:
 def phase_idle(builder: TreeBuilder, frames: FrameTable, windows: dict[int, tuple[int, int]],
                busy: dict[int, tuple[np.ndarray, np.ndarray]], spans: list[tuple[int, int, int]],
                names: dict[str, str], host: tuple[np.ndarray, ...], phases_meta: dict[str, Any],
-               rehome: Rehome | None = None) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, Any]]:
+               rehome: Rehome | None = None, ready: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+               ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, Any]]:
     """GPU idle blamed phase by phase (`dlpt.idle.blame_phases`), in one clock: `spans` the raw
     phases' stretches, `host` the host intervals (start, end, node, thread, in-sync) on `builder`'s
-    nodes. Returns the `gpu_idle_time` column (start-up and unattributed rows under each phase's
+    nodes; `ready` when each GPU had work queued. Returns the `gpu_idle_time` column (start-up and unattributed rows under each phase's
     node) and the run's `meta["gpu_idle"]`; each phase's figures go into `phases_meta[name]`."""
     rehome = rehome or Rehome(builder, frames)
     hs, he, hn, ht, hy = host
-    results, bad = blame_phases(len(builder), windows, busy, spans_by(spans), hs, he, hn, ht, hy, rehome)
+    results, bad = blame_phases(len(builder), windows, busy, spans_by(spans), hs, he, hn, ht, hy, rehome, ready)
     cols_n, cols_v = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for raw, res in results.items():
         nodes, values = idle_column(res, builder, frames, phase_node(builder, frames, raw))

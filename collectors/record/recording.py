@@ -20,8 +20,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from dlpt.collectors.record.signals import Abandon, Finishing, ProgramSignals, die_by_signal, signal_name
 from dlpt.errors import DlptError, notice
+from dlpt.metrics import COL
 
 if TYPE_CHECKING:
     from dlpt.collectors.record.session import Recorder
@@ -159,7 +162,9 @@ class Recording:
         assert self.out is not None  # dlpt record always has its OUT
         self.result = prof
         prof.path = self.out
-        if not prof.cct.exclusive.any():
+        # The sampler's host time alone (an import, a print caught by a sample) is not a recording
+        # of PyTorch work: without any op, GPU activity or wait, no profile is written.
+        if not np.delete(prof.cct.exclusive, [COL["host_time"]], axis=1).any():
             self._discard_snapshot()
             steps = rec.steps
             where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""

@@ -179,20 +179,21 @@ class TrieConverter:
         w = (host.window_start + off, host.window_end + off)
         skipped: dict[str, int] = {}
         busy = split_by_device(host.busy_device, host.busy_start, host.busy_end, skipped)
+        ready = split_by_device(host.ready_device, host.ready_start, host.ready_end)
         mine = np.isin(host.iv_tid, host.launch_tids) if len(host.launch_tids) else np.ones(len(host.iv_tid), bool)
         windows = {d: w for d in busy}
         hs, he = host.iv_start[mine] + off, host.iv_end[mine] + off
         hn, ht, hy = nmap[host.iv_node[mine]], host.iv_tid[mine], host.iv_sync[mine]
         meta.setdefault("timeline", {}).update(timeline(windows, busy, *w))  # beside memory's keys
         if not spans:
-            res = blame(len(self.builder), windows, busy, hs, he, hn, ht, hy)
+            res = blame(len(self.builder), windows, busy, hs, he, hn, ht, hy, ready)
             res.skipped.update(skipped)
             out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
             meta["gpu_idle"] = res.meta()
             return
         shifted = [(s + off, e + off, p) for s, e, p in spans]
         column, meta["gpu_idle"] = phase_idle(self.builder, self.frames, windows, busy, shifted, names,
-                                              (hs, he, hn, ht, hy), meta.get("phases", {}), self._rehome)
+                                              (hs, he, hn, ht, hy), meta.get("phases", {}), self._rehome, ready)
         meta["gpu_idle"]["skipped"].update(skipped)
         out.extra["gpu_idle_time"] = column
 
