@@ -785,3 +785,30 @@ def test_random_profiles_conserve_everything(seed):
     eager_after = [i for i in range(len(after.cct)) if after.frame_of(i).name == "eager_k"]
     assert sorted(before.cct.inclusive[eager, COL["kernel_time"]].tolist()) == \
         sorted(after.cct.inclusive[eager_after, COL["kernel_time"]].tolist())
+
+
+def test_compiling_is_a_phase_of_its_own(compiled):
+    """Dynamo's compiles (the first call, the lazy backward's, the recompile for a new shape) run
+    inside the compile phase (collectors/record/phases.py's hooks), and the compile frames' host
+    time is there, not in the steady state; what the compiled code runs after is another phase."""
+    from dlpt.compile_time import compile_roots
+    from dlpt.phases import COMPILE, phase_figures, select_phase
+
+    prof = compiled["profile"]
+    figs = {f.name: f for f in phase_figures(prof)}
+    assert COMPILE in figs and figs[COMPILE].wall > 0
+    spans = prof.meta["phase_spans"]
+    # Three compiles at least (forward, backward, and the new shape's), each a stretch of its own.
+    assert sum(1 for s in spans if s[2] == COMPILE) >= 2, spans
+
+    def compile_host(p):
+        roots, kinds = compile_roots(p)
+        return int(p.cct.inclusive[roots[kinds == "compiling"], COL["host_time"]].sum()) if len(roots) else 0
+
+    total = compile_host(prof)
+    assert total > 0
+    in_compile = compile_host(select_phase(prof, COMPILE))
+    outside = total - in_compile
+    # Measured: all of it but a sample or two taken as a compile ended (a sample's time is
+    # that of the period before it): at most 2 ms here.
+    assert outside <= 0.02 * total + 2_000_000, (in_compile, total)
