@@ -90,6 +90,10 @@ class Verdicts:
                    interrupt_after=interrupt_after)
         summary = rl.hotspots_summary(prof) if os.path.exists(prof) else None
         self.res[name] = {"run": r.brief(), "summary": summary}
+        if name in self.a.keep.split(",") and os.path.exists(prof):
+            import shutil
+
+            shutil.copy(prof, os.path.join(self.out, f"{name}.dlpt"))  # a real program's profile, for tests
         return r, summary
 
     def row(self, name: str, summary: dict[str, Any] | None, truth: str, ok: bool | None, why: str) -> None:
@@ -163,7 +167,8 @@ class Verdicts:
         prog = [src, "--model", "resnet50", "--bench", "train", "--amp", "-b", "256", "--num-warm-iter", "5",
                 "--num-bench-iter", "40"]
         r, s = self.record("timm", prog, self.work, timeout=300)
-        rate = next((x for x in reversed(r.out_lines) if "samples/sec" in x or "Train benchmark" in x), "")
+        # timm's benchmark logs its result (`Train benchmark of resnet50 done. N samples/sec, …`) on stderr.
+        rate = next((x for x in reversed(r.out_lines + r.err_lines) if "samples/sec" in x and "done" in x), "")
         ok = "gpu-bound" in _rules(s)
         self.row("timm", s, rate.strip()[:90] or "no rate printed", ok if s else None, "" if ok else "not gpu-bound")
 
@@ -232,6 +237,7 @@ def verdicts(argv: list[str]) -> None:
     ap.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated: " + ",".join(PROGRAMS))
     ap.add_argument("--budget", type=float, default=540)
     ap.add_argument("--imagenet-s", type=float, default=60, help="seconds before Ctrl-C reaches imagenet")
+    ap.add_argument("--keep", default="", help="comma-separated programs whose profiles are copied to $OUT")
     a = ap.parse_args(argv)
     unknown = set(a.programs.split(",")) - set(PROGRAMS)
     if unknown:
