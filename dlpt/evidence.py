@@ -33,7 +33,7 @@ from dlpt.frames import is_library
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.phases import COMPILE, STEADY, has_phases, select_phase
 from dlpt.profile import Profile
-from dlpt.transforms import nearest_marked, propagate_down
+from dlpt.transforms import def_line_mask, nearest_marked, propagate_down
 from dlpt.waits import Waits, waits
 
 SHORT_KERNEL_NS = 10_000  # "tiny" kernels: launching one costs about as much as running it
@@ -53,7 +53,9 @@ class Lines:
     def __init__(self, profile: Profile) -> None:
         cct = profile.cct
         frames = profile.frames
+        # A frame on its `def` line is its caller's line's work (dlpt.transforms.def_line_mask).
         user = np.fromiter((f.has_source and not is_library(f) for f in frames), dtype=bool, count=len(frames))
+        user &= ~def_line_mask(profile)
         owner_node = nearest_marked(cct, user[cct.frame])
         keys: dict[tuple[str, int], int] = {}
         self.line_of = np.full(len(cct), -1, dtype=np.int64)

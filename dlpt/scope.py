@@ -10,7 +10,7 @@ from dlpt.compile_time import compile_apart
 from dlpt.findings import findings
 from dlpt.phases import ALL, select_phase
 from dlpt.profile import Profile
-from dlpt.transforms import hide_library_unless
+from dlpt.transforms import def_lines_to_callers, library_mask
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,10 @@ class Scope:
         behind), and kept in meta for them (`diagnosis`, dlpt.findings)."""
         found = [f.to_json() for f in findings(profile)]
         prof = select_phase(profile, self.phase)
-        # compile_apart first: it reads Dynamo's frames, which are library frames.
-        prof = hide_library_unless(compile_apart(prof, self.include_compile), self.include_library)
+        # compile_apart first: it reads Dynamo's frames, which are library frames. One collapse
+        # hides library frames and moves a frame standing on its `def` line onto its caller's.
+        prof = compile_apart(prof, self.include_compile)
+        prof = def_lines_to_callers(prof, None if self.include_library else library_mask(prof))
         return replace(prof, meta={**prof.meta, "diagnosis": found})
 
 

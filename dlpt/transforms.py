@@ -3,6 +3,7 @@ pyinstrument's processors. None of them mutates its input."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -98,6 +99,36 @@ def merge_map(cct: CCT, hide: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     merged[hidden_nodes] = merged[ka[hidden_nodes]]
     bparent, bframe, new_of_old = renumber(np.concatenate(new_parent), np.concatenate(new_frame))
     return bparent, bframe, new_of_old[merged]
+
+
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s")
+
+
+def def_line_mask(profile: Profile) -> np.ndarray:
+    """Per frame: a recording's source frame that stands on its function's `def` line. A frame
+    reads its `def` line only before its first line runs — a torch.compile'd function, whose
+    compiled code runs beneath its untouched frame — so its time belongs to the line that called
+    it. Imported traces name every function by its def line: none there."""
+    out = np.zeros(len(profile.frames), dtype=bool)
+    if profile.collector not in ("record", "mixed"):
+        return out
+    split: dict[str, list[str]] = {}
+    for i, f in enumerate(profile.frames):
+        if f.kind != "python" or not f.has_source or f.file not in profile.sources:
+            continue
+        lines = split.get(f.file)
+        if lines is None:
+            lines = split[f.file] = profile.sources[f.file].splitlines()
+        out[i] = 0 < f.line <= len(lines) and bool(_DEF.match(lines[f.line - 1]))
+    return out
+
+
+def def_lines_to_callers(profile: Profile, also: np.ndarray | None = None) -> Profile:
+    """`collapse` of the frames on a `def` line (`def_line_mask`), and of `also` (a frame mask)."""
+    hidden = def_line_mask(profile)
+    if also is not None:
+        hidden |= also
+    return collapse(profile, hidden)
 
 
 def library_mask(profile: Profile) -> np.ndarray:

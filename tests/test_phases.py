@@ -249,3 +249,31 @@ def test_a_steps_window_is_steady_state(tmp_path):
                         "truth.json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert {f.name for f in phase_figures(load(str(tmp_path / "run.dlpt")))} == {STEADY}
+
+
+def test_a_frame_on_its_def_line_is_its_callers_work():
+    """A compiled function's frame stands on its `def` line while its compiled code runs beneath
+    it: its time goes to the line that called it, in the views (dlpt.scope) and in the diagnosis."""
+    from dlpt.evidence import Lines
+    from dlpt.scope import Scope
+    from dlpt.views import flat
+
+    src = "def step(x):\n    return x * 2\n\nfor i in range(3):\n    y = step(i)\n"
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    caller = b.child(0, frames.intern(source_frame("prog.py", 5, "<module>")))
+    entry = b.child(caller, frames.intern(source_frame("prog.py", 1, "step")))
+    leaf = frames.intern(Frame("kernel", "triton_poi_fused_mul_0"))
+    kernel = b.child(entry, leaf)
+    cols = ActivityColumns(node=[kernel], kind=[KERNEL], name=[leaf], device=[0], stream=[7], start=[0],
+                           duration=[5 * MS], nbytes=[0], count=[3])
+    cols.extra["host_time"] = (np.array([entry]), np.array([2 * MS]))
+    prof = replace(build_profile(b, frames, cols, {"source": "record"}), sources={"prog.py": src})
+    fv = flat(Scope().apply(prof), "line")
+    lines = {fr.line: int(fv.exclusive[g, COL["gpu_time"]]) for g, fr in enumerate(fv.frame) if fr.kind == "python"}
+    assert lines == {5: 5 * MS}
+    assert Lines(prof).labels == ["prog.py:5"]
+    # A trace names functions by their def lines: kept there.
+    kept = flat(Scope().apply(replace(prof, meta={"source": "kineto"})), "line")
+    assert {fr.line: int(kept.exclusive[g, COL["gpu_time"]]) for g, fr in enumerate(kept.frame)
+            if fr.kind == "python" and kept.exclusive[g, COL["gpu_time"]]} == {1: 5 * MS}
