@@ -35,9 +35,10 @@ from dlpt.waits import rank_window
 
 # Thresholds, named so that the report and the tests speak of the same numbers. Shares are of
 # the steady state's GPU time (dlpt/evidence.py's D), unless said otherwise.
-GPU_BUSY_ABOVE = 0.90  # the GPU busy above this: GPU-bound
-LAUNCH_BUSY_BELOW = 0.5  # the GPU busy less than half of the time ...
-LAUNCH_SHARE = 0.25  # ... at least this much idle on lines that launch short kernels ...
+# The GPU running or with work queued this much of the time: it is the constraint (what is left
+# is said by the other rules, which share out the rest).
+GPU_BUSY_ABOVE = 0.70
+LAUNCH_SHARE = 0.20  # at least this much idle on lines that launch short kernels ...
 LAUNCH_MIN_KERNELS = 100  # ... with at least this many kernels ...
 LAUNCH_SHORT_SHARE = 0.5  # ... most of them short
 HOST_SHARE = 0.20  # idle on the host's own Python lines (none of them launching short kernels)
@@ -47,6 +48,7 @@ PAGEABLE_WALL_SHARE = 0.02  # pageable host-to-device copies at least 2% of the 
 LOADER_IDLE_SHARE = 0.10  # idle while the data loader fetches: at least 10% of the idle ...
 LOADER_DEVICE_SHARE = 0.05  # ... and 5% of the devices' time
 COMPILE_RUN_SHARE = 0.20  # compiling took at least this share of the run's wall
+RECOMPILE_AFTER = 0.10  # a compile after this share of the steady state has run is a recompile
 RANK_WAIT_SHARE = 0.05  # a rank sat in collectives, waiting for another, 5% of the time it ran in step with them
 TOP_LINES = 3
 # Between rank-wait's two halves, who waited and why: the report's header tells the second half
@@ -108,7 +110,8 @@ def gpu_bound(e: Evidence) -> Finding | None:
         done.append("CUDA-graphed")
     already = f" (the program is already {' and '.join(done)})" if done else ""
     tools = ("fewer, larger ops" if e.traits.compiled else "fused or compiled kernels (torch.compile) and fewer, larger ops")
-    apart = " (its waits in collectives and pageable copies left out)" if s.comm_wait or s.pageable else ""
+    apart = (" (its waits in collectives and pageable copies left out)"
+             if s.share(s.comm_wait + s.pageable) >= 0.01 else "")
     queue = (f", {s.share(s.queued):.1%} of it between kernels already launched (launch latency, a graph's "
              "nodes, a profiler's own records)") if s.share(s.queued) >= 0.01 else ""
     return Finding(
@@ -120,7 +123,7 @@ def gpu_bound(e: Evidence) -> Finding | None:
 
 def launch_bound(e: Evidence) -> Finding | None:
     s = e.split
-    if not s.device or s.share(s.busy) >= LAUNCH_BUSY_BELOW or s.share(s.launch) < LAUNCH_SHARE:
+    if not s.device or s.share(s.launch) < LAUNCH_SHARE:
         return None
     if s.kernels < LAUNCH_MIN_KERNELS or s.short_kernels < LAUNCH_SHORT_SHARE * s.kernels:
         return None
@@ -324,9 +327,17 @@ def compile_time(e: Evidence) -> Finding | None:
     run = max((rank_window(m)[0] or 0 for m in metas), default=0)
     if not compiling or not run:
         return None
+    # A compile inside the loop: after a tenth of the steady state has run (a compile's first
+    # calls come in a cluster — the graph, its CUDA-graph warm-up and recording — with moments of
+    # steady state between them; those are not recompiles).
     spans = [s for s in e.whole.meta.get("phase_spans") or [] if isinstance(s, list) and len(s) == 3]
-    first_steady = next((i for i, s in enumerate(spans) if s[2] == STEADY), None)
-    again = [s for s in spans[first_steady:] if s[2] == COMPILE] if first_steady is not None else []
+    steady_total = sum(s[1] - s[0] for s in spans if s[2] == STEADY)
+    again, ran = [], 0
+    for s in spans:
+        if s[2] == STEADY:
+            ran += s[1] - s[0]
+        elif s[2] == COMPILE and steady_total and ran > RECOMPILE_AFTER * steady_total:
+            again.append(s)
     share = compiling / run
     if share < COMPILE_RUN_SHARE and not again:
         return None
@@ -438,8 +449,9 @@ RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (
 
 
 def findings(profile: Profile) -> list[Finding]:
-    """The rules whose figure crosses its threshold, in the order of `RULES`; those a command
-    already judged (`meta["diagnosis"]`, dlpt.scope) as they were."""
+    """The rules whose figure crosses its threshold, the largest share of the steady state first
+    (the run's compile verdict last); those a command already judged (`meta["diagnosis"]`,
+    dlpt.scope) as they were."""
     kept = profile.meta.get("diagnosis")
     if isinstance(kept, list):
         return [Finding(**d) for d in kept if isinstance(d, dict)]
@@ -449,7 +461,7 @@ def findings(profile: Profile) -> list[Finding]:
         f = rule(e)
         if f is not None:
             out.append(f)
-    return out
+    return sorted(out, key=lambda f: (f.of != e.of, -(f.share or 0.0)))
 
 
 __all__ = ["Finding", "RANK_WHY", "RULES", "explaining_verdict", "findings", "rank_story"]

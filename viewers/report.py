@@ -11,7 +11,7 @@ import numpy as np
 from dlpt.findings import findings
 from dlpt.frames import Frame, short_path
 from dlpt.metrics import COL, KIND_BREAKDOWN, METRICS, fmt_bytes, metric_column, metric_unit
-from dlpt.phases import ALL, STEADY, phase_figures
+from dlpt.phases import ALL, COMPILE, STEADY, phase_figures
 from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
@@ -178,11 +178,17 @@ def compile_lines(profile: Profile) -> list[str]:
     s = profile.meta.get("torch_compile")
     if not s:
         return []
-    parts = [f"{fmt_time(v['gpu_time'])} GPU ({kind})" for kind, v in s.items() if v.get("gpu_time")]
+    # The wall-clock time spent compiling, as a user reads it, is the compile phase's.
+    figs = {f.name: f for f in phase_figures(profile)}
+    parts = [f"compiling {fmt_time(figs[COMPILE].wall)} of the wall (compile phase)"] if COMPILE in figs else []
+    parts += [f"{fmt_time(v['gpu_time'])} GPU ({kind})" for kind, v in s.items() if v.get("gpu_time")]
     parts += [f"{fmt_time(v['cpu_time'])} host op time ({kind})" for kind, v in s.items() if v.get("cpu_time")]
     parts += [f"{fmt_time(v['host_time'])} host time ({kind})" for kind, v in s.items() if v.get("host_time")]
     if not parts:
         return []
+    wall = waits(profile).wall
+    if wall and any(int(v.get("host_time") or 0) > wall for v in s.values()):
+        parts.append("host time sums every thread's: Inductor's compile workers run side by side")
     how = ("ranked with the rest (--include-compile)" if profile.meta.get("torch_compile_included")
            else "not in the flat view; --include-compile ranks it")
     return [f"torch.compile: {' · '.join(parts)} ({how})"]
