@@ -96,6 +96,11 @@ class Verdicts:
             shutil.copy(prof, os.path.join(self.out, f"{name}.dlpt"))  # a real program's profile, for tests
         return r, summary
 
+    def keep_truth(self, name: str, truth: dict[str, Any]) -> None:
+        """The program's own figures beside a kept profile (`{name}.truth.json`): a test's truth."""
+        if name in self.a.keep.split(","):
+            rl.write_json(self.out, f"{name}.truth.json", truth)
+
     def row(self, name: str, summary: dict[str, Any] | None, truth: str, ok: bool | None, why: str) -> None:
         self.rows.append([name, _verdict_text(summary), _phases_text(summary), truth,
                           ("ok" if ok else "OFF") + (f": {why}" if why else "") if ok is not None else why])
@@ -113,6 +118,8 @@ class Verdicts:
         infer = [(float(m.group(2)), float(m.group(3))) for x in r.out_lines if (m := _INFER.search(x))]
         comp = next((float(m.group(1)) for x in r.out_lines if (m := _COMPILE.search(x))), None)
         load = next((float(m.group(1)) for x in r.out_lines if (m := _LOAD.search(x))), None)
+        self.keep_truth(name, {"load_s": load, "compilation_s": comp, "samples_s": [t for t, _ in infer],
+                               "tokens_per_s": [v for _, v in infer], "stdout": r.out_lines[-40:]})
         truth = (f"load {load} s; " if load is not None else "") + (f"compiling (warm-up) {comp} s; " if comp else "")
         truth += f"{len(infer)} samples {sum(t for t, _ in infer):.2f} s, {statistics.median([v for _, v in infer]):.0f} tok/s" \
             if infer else "no samples printed"
@@ -138,6 +145,7 @@ class Verdicts:
         # Printed as `[ i+1/N]` after iteration i: the first (its batch waited for the worker to
         # start) belongs to the start-up, which ends with the first optimizer step.
         steady = sum(v for k, v in data.items() if k > 1)
+        self.keep_truth("imagenet", {"data_s": data, "steady_data_s": steady, "workers": 1})
         f = _rules(s).get("dataloader-wait")
         got = None
         if f is not None:
