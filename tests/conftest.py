@@ -14,7 +14,7 @@ DATA = ROOT / "tests" / "data"
 FIXTURES = DATA / "kineto"
 # The program that made the traces: they name its lines, so its text shows their source.
 TRACE_SOURCES = DATA / "tools"
-TRACE_NAMES = ("copies", "gpt_train", "resnet_infer", "compiled_mlp", "cudagraph_mlp", "threaded")
+TRACE_NAMES = ("copies", "gpt_train", "resnet_infer", "compiled_mlp", "cudagraph_mlp", "threaded", "loader_bound")
 
 
 def trace_path(name: str) -> Path:

@@ -271,7 +271,8 @@ def us(ns: int) -> float:
     return ns / 1000.0
 
 
-@pytest.mark.parametrize("name", TRACE_NAMES)
+# The traces captured with torch's own per-op totals beside them (loader_bound was not).
+@pytest.mark.parametrize("name", [n for n in TRACE_NAMES if (FIXTURES / f"{n}.torchref.json").exists()])
 def test_import_reproduces_torchs_per_op_totals(name: str) -> None:
     """Every kernel, copy and memset name, and every op, carries the device time torch's
     `key_averages` gives it, to the nanosecond (the trace writes microseconds with three
