@@ -32,6 +32,7 @@ Writes verdicts.json under $OUT and a table: program, verdict (rule, share), pha
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -186,10 +187,14 @@ class Verdicts:
         r, s = self.record("trainer", [os.path.join(rl.WORKLOADS, "hf_trainer.py"), "--steps", "60"], self.work,
                            timeout=300)
         f = _rules(s).get("sync-in-loop")
-        ok = f is None or "library code" in f["remedy"]
+        steady = [x for x in (s or {}).get("findings") or [] if x.get("of") == "steady state"]
+        ok = bool(steady) and (f is None or "library code" in f["remedy"])
         line = next((x for x in reversed(r.out_lines) if x.startswith("TRAINER_RESULT")), "")
-        truth = "Trainer ran" if line else "no TRAINER_RESULT"
-        self.row("trainer", s, truth, ok if s else None, "" if ok else "asks to remove an .item() that is library code's")
+        doc = json.loads(line.split(" ", 1)[1]) if line else {}
+        truth = (f"{doc.get('steps_seen')} steps, median {1e3 * doc['step_s_median']:.1f} ms"
+                 if doc.get("step_s_median") else "no TRAINER_RESULT")
+        self.row("trainer", s, truth, ok if s else None,
+                 "" if ok else "no steady-state verdict, or asks to remove an .item() that is library code's")
 
     def loader_trace(self) -> None:
         """A DataLoader-bound loop recorded by torch.profiler (not dlpt): the trace is read as a
