@@ -299,20 +299,104 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
 
 // ----- the main thread's ticks without the GIL (peek.h), and the GIL worker -----
 
-// What the sampler asks the GIL worker for: the other threads; the main thread's codes interned
+// What the sampler asks the GIL worker for: the other threads; codes the main thread runs interned
 // (a read that places no time); the main thread read with the GIL, its time included.
 constexpr int kReqOthers = 1, kReqIntern = 2, kReqMain = 4;
 std::thread* g_gil_worker = nullptr;
 std::condition_variable g_gil_cv;  // with g_sampler_mu
 int g_gil_req = 0;                 // under g_sampler_mu
 
-void gil_request(int what) {
+// A code the sampler found the main thread running and could not place: its pointer, its frame's
+// globals and the code of the frame that called it (interned), as the copy had them.
+struct UnknownCode {
+  PyObject *code, *globals, *caller;
+};
+std::vector<UnknownCode> g_unknown;  // under g_sampler_mu: for the GIL worker
+constexpr size_t kMaxUnknown = 64;
+
+void gil_request(int what, const UnknownCode* unknown = nullptr) {
   {
     std::lock_guard<std::mutex> lk(g_sampler_mu);
+    if (unknown != nullptr && g_unknown.size() < kMaxUnknown) g_unknown.push_back(*unknown);
     if ((g_gil_req | what) == g_gil_req) return;  // asked already: it is coming
     g_gil_req |= what;
   }
   g_gil_cv.notify_one();
+}
+
+// With the GIL: whether `want` (a pointer from a copy, never dereferenced) is the code of `obj`,
+// a function, a static or class method, a property's getter, or of a function that a function's
+// closure holds (a decorator's wrapped function), or of one in a class's dict; `depth` bounds it.
+bool holds_code(PyObject* obj, PyObject* want, int depth) {
+  if (PyFunction_Check(obj)) {
+    if (PyFunction_GET_CODE(obj) == want) return true;
+    PyObject* cells = PyFunction_GET_CLOSURE(obj);
+    if (depth > 0 && cells != nullptr && PyTuple_Check(cells)) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cells); ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(cells, i);
+        PyObject* v = PyCell_Check(cell) ? PyCell_GET(cell) : nullptr;
+        if (v != nullptr && holds_code(v, want, depth - 1)) return true;
+      }
+    }
+    return false;
+  }
+  const char* attr = Py_IS_TYPE(obj, &PyStaticMethod_Type) || Py_IS_TYPE(obj, &PyClassMethod_Type) ? "__func__"
+                     : Py_IS_TYPE(obj, &PyProperty_Type)                                          ? "fget"
+                                                                                                   : nullptr;
+  if (attr != nullptr) {  // members of exact built-in types: reading them runs no Python
+    PyObject* f = PyObject_GetAttrString(obj, attr);
+    if (f == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool found = depth > 0 && holds_code(f, want, depth - 1);
+    Py_DECREF(f);
+    return found;
+  }
+  if (depth > 0 && PyType_Check(obj)) {
+    PyObject* d = reinterpret_cast<PyTypeObject*>(obj)->tp_dict;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (d != nullptr && PyDict_Next(d, &pos, &k, &v))
+      if (holds_code(v, want, depth - 1)) return true;
+  }
+  return false;
+}
+
+// With the GIL: whether `want` is a constant of `code`, or of a code among its constants (nested
+// functions, lambdas, comprehensions: they run called from it).
+bool consts_hold(PyObject* code, PyObject* want, int depth) {
+  PyObject* consts = reinterpret_cast<PyCodeObject*>(code)->co_consts;
+  for (Py_ssize_t i = 0; consts != nullptr && i < PyTuple_GET_SIZE(consts); ++i) {
+    PyObject* c = PyTuple_GET_ITEM(consts, i);
+    if (!PyCode_Check(c)) continue;  // `want` may be any value (a torn copy): only a code is one
+    if (c == want || (depth > 0 && consts_hold(c, want, depth - 1))) return true;
+  }
+  return false;
+}
+
+// With the GIL: interns u.code where it can be found alive — a constant of its caller's code, or
+// a function (method, decorated function) of the module whose dict its frame had (found among
+// sys.modules by that dict's address). A pure-Python function the main thread runs between ops
+// is on the stack only briefly, so the read with the GIL (which comes at the next op) seldom
+// sees it; found this way, the sampler's later ticks place its lines.
+void intern_unknown(const UnknownCode& u) {
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_code_idx.count(u.code) || (u.caller != nullptr && !g_code_idx.count(u.caller))) return;
+  }
+  bool found = u.caller != nullptr && consts_hold(u.caller, u.code, 3);
+  PyObject* modules = found ? nullptr : PyImport_GetModuleDict();
+  PyObject *k, *m;
+  Py_ssize_t pos = 0;
+  while (modules != nullptr && !found && PyDict_Next(modules, &pos, &k, &m)) {
+    if (!PyModule_Check(m) || PyModule_GetDict(m) != u.globals) continue;
+    PyObject *name, *v;
+    Py_ssize_t at = 0;
+    while (!found && PyDict_Next(u.globals, &at, &name, &v)) found = holds_code(v, u.code, 2);
+    break;
+  }
+  if (found) intern_code(u.code);
 }
 
 // The GIL worker: reads with the GIL whatever the sampler asks for, as it comes; while it waits
@@ -322,6 +406,7 @@ void gil_worker_loop() {
   PyGILState_STATE g = PyGILState_Ensure();
   PyThreadState* self = PyThreadState_Get();
   PyThreadState* saved = PyEval_SaveThread();
+  std::vector<UnknownCode> unknown;
   for (;;) {
     int req;
     {
@@ -330,6 +415,7 @@ void gil_worker_loop() {
       if (g_sampler_stop) break;
       req = g_gil_req;
       g_gil_req = 0;
+      unknown.swap(g_unknown);
     }
     PyEval_RestoreThread(saved);
     if (!g_sampler_stop) {
@@ -338,10 +424,12 @@ void gil_worker_loop() {
         // the sampler's next ticks place them; its time stays with the ticks.
         sample_node(g_main_tstate, state_of(g_main_tstate), g_main_tid);
       }
+      for (const UnknownCode& u : unknown) intern_unknown(u);
       // A read that takes the GIL reads the other threads along: it costs no more.
       sample_threads(self, steady_ns(), (req & kReqMain) != 0, true);
       g_samples.fetch_add(1, std::memory_order_relaxed);
     }
+    unknown.clear();
     saved = PyEval_SaveThread();
   }
   PyEval_RestoreThread(saved);
@@ -350,9 +438,11 @@ void gil_worker_loop() {
 
 // The main thread's ThreadState, once it has one (it has entered an op): its sync state.
 ThreadState* g_main_state = nullptr;  // the sampler's
-ThreadState* g_peek_ts = nullptr;     // the sampler's frame cache for peeks
+ThreadState* g_peek_ts = nullptr;     // the sampler's frame caches for peeks
+std::unordered_set<PyObject*> g_asked;  // the sampler's: unknown codes handed to the GIL worker once
 #if defined(DLPT_INTERNAL_FRAMES)
 std::vector<_PyInterpreterFrame> g_peek_frames;  // the sampler's scratch
+std::vector<const void*> g_peek_at;
 #endif
 
 // One tick of the main thread without the GIL: the time since its last sample to the line it
@@ -360,31 +450,38 @@ std::vector<_PyInterpreterFrame> g_peek_frames;  // the sampler's scratch
 bool peek_main() {
 #if defined(DLPT_INTERNAL_FRAMES)
   int64_t now = steady_ns();
-  PeekStatus st = peek_frames(g_main_tstate, g_peek_frames);
+  PeekStatus st = peek_frames(g_main_tstate, g_peek_frames, g_peek_at);
   if (st == PEEK_UNAVAILABLE) return false;
   if (st == PEEK_TORN) {  // the next tick carries this one's time
     g_peek_skips.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  bool unknown = st == PEEK_DEEP, torn = false;
-  int64_t placed = 0, node = -1;
-  if (!unknown) node = peek_node(*g_peek_ts, g_peek_frames, 0, unknown, torn, placed);
-  if (torn) {
-    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  if (unknown && placed == 0) {  // nothing known to place it on: the GIL worker's read takes it
+  if (st == PEEK_DEEP) {  // past kPeekDepth: the GIL worker's read takes the tick
     gil_request(kReqMain);
     return true;
   }
-  if (unknown) gil_request(kReqIntern);
+  PeekPlace p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, 0);
+  if (p.torn && peek_frames(g_main_tstate, g_peek_frames, g_peek_at) == PEEK_OK)  // once more
+    p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, 0);
+  if (p.torn) {
+    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (p.unknown != nullptr && p.placed == 0) {  // nothing known to place it on: the GIL worker's read
+    gil_request(kReqMain);
+    return true;
+  }
+  if (p.unknown != nullptr && g_asked.insert(p.unknown).second) {
+    UnknownCode u{p.unknown, p.unknown_globals, p.caller};
+    gil_request(kReqIntern, &u);
+  }
   if (g_main_state == nullptr) g_main_state = state_of(g_main_tstate);
   int64_t sync = g_main_state != nullptr ? g_main_state->in_sync.load(std::memory_order_relaxed) : 0;
   std::lock_guard<std::mutex> lk(g_host_mu);
   if (!g_window_open.load()) return true;
   int64_t d = now - g_main_last;
   if (d <= 0) return true;  // a read with the GIL sampled it after this tick began
-  if (placed > 0) add_sample(g_main_tid, node, sync, now, d);
+  if (p.placed > 0) add_sample(g_main_tid, p.node, sync, now, d);
   g_main_last = now;  // no Python frames (all of them not started): its time is no line's, as with the GIL
   g_peek_samples.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -472,11 +569,18 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   if (g_peek_ts == nullptr) g_peek_ts = new ThreadState();
   for (ThreadState* s : {g_sampler_ts, g_peek_ts}) {
     s->frames.clear();  // its caches name nodes of the last recording's trie
+    s->last.clear();
+    s->last_nodes.clear();
     s->epoch = g_epoch.load();
+  }
+  g_asked.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_sampler_mu);
+    g_unknown.clear();
   }
   g_main_state = nullptr;
 #if defined(DLPT_INTERNAL_FRAMES)
-  g_peek_pid = getpid();
+  peek_reset();
 #endif
   if (period_ns <= 0 || g_sampler != nullptr) return;
   g_sample_period_ns = period_ns;
