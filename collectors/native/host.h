@@ -224,10 +224,11 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // stretch's time went to the line after it), and cost a launch-bound loop 2–4% (the main thread,
 // back from an op, waits for the sampler to hand the GIL back; docs/BENCHMARKS.md). Where a frame's
 // code is not interned yet (no op and no read with the GIL has seen it), the tick's time goes to
-// the frames outside it — the line that called it, which is running — and the GIL worker reads
-// the main thread with the GIL, which interns its codes, so later ticks place them; where no
-// frame at all is known (the recording's first instants, a stack deeper than kPeekDepth) the
-// worker's read with the GIL takes the tick, as before. A read that stays torn after its retries
+// the frames outside it — the line that called it, which is running — and the GIL worker, once
+// for each such code, reads the main thread with the GIL (interning what runs then) and looks for
+// the code among its caller's constants and its module's functions (intern_unknown), so later
+// ticks place it; where no frame at all is known (the recording's first instants, a stack deeper
+// than kPeekDepth) the worker's read with the GIL takes the tick, as before. A read that stays torn after its retries
 // is a skipped tick (`g_peek_skips`): the next one carries its time. Reads of the other threads
 // still take the GIL, on a thread of their own (the GIL worker) so that the main thread's ticks
 // never wait for it: every tick while one of them launches GPU work (idle blame lays their
