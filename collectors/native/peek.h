@@ -123,7 +123,6 @@ struct PeekCopy {
   PeekStatus add(uintptr_t a, size_t len, void* out) {
     if (g_peek_via != 0 || n == kSlots || a < kWindow) return peek_mem(reinterpret_cast<void*>(a), out, len);
     uintptr_t top = (a + len + kPage - 1) & ~(kPage - 1);  // no overflow: `a` is a user-space address
-
     uintptr_t start = top - kWindow, at = top;
     iovec local[kWindow / kPage], remote[kWindow / kPage];
     size_t k = 0;
@@ -240,9 +239,16 @@ PeekStatus peek_frames(PyThreadState* t, std::vector<_PyInterpreterFrame>& out, 
   return s;
 }
 
-// A new recording: the process's id (it may have forked since), no ranges to read again.
+// A new recording: the process's id (it may have forked since: a /proc/self/mem opened before
+// reads the parent), both ways of reading tried afresh, no ranges to read again.
 void peek_reset() {
-  g_peek_pid = getpid();
+  pid_t pid = getpid();
+  if (pid != g_peek_pid && g_peek_fd >= 0) {
+    close(g_peek_fd);
+    g_peek_fd = -1;
+  }
+  g_peek_pid = pid;
+  g_peek_via = 0;
   g_peek_copy.n = g_peek_copy.n_next = 0;
 }
 
