@@ -8,6 +8,10 @@
   dlpt's growth is the difference (target < 50 MB).
 
     python bench/run.py cpu-record [oploop,memory] [--repeats 3] [--steps 320] [--mem-steps 100000]
+    python bench/run.py cpu-record oploop --configs 'none;before=dlpt:PYTHONPATH=/tmp/old;after=dlpt'
+
+`--configs`: the oploop's configurations in turns, each `[LABEL=]none|dlpt[:ENV=VAL,...]` (two
+builds of dlpt side by side: PYTHONPATH naming each one's package tree).
 
 Writes $OUT/cpu.json and $OUT/cpu.log; prints tables last.
 
@@ -47,16 +51,21 @@ def result(r: rl.Result) -> dict[str, Any] | None:
     return None
 
 
-def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace, log: str) -> dict[str, Any]:
+def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace, log: str,
+        run_as: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run of the workload's `mode` (oploop, memory), unprofiled where `run_as` (else `cfg`)
+    is "none", else recorded; `env` is added to the run's environment."""
+    run_as = run_as or cfg
     if a.budget_clock.left() < 30:  # a run cut off at once measures nothing: say it was not run
         print(f"  skip {tag}: {a.budget_clock.left():.0f} s left", flush=True)
         return {"config": cfg, "tag": tag, "skipped": "budget", "rc": None, "timed_out": False,
                 "median_ms": None, "maxrss_mb": None}
     prof = os.path.join(work, f"{tag}.dlpt")
     prog = [PROG, mode, str(n)]
-    cmd = [rl.PY, *prog] if cfg == "none" else rl.dlpt_record(prof, *prog)
+    cmd = [rl.PY, *prog] if run_as == "none" else rl.dlpt_record(prof, *prog)
     print(f"  run {tag} ...", end="", flush=True)
-    r = rl.run(cmd, cwd=work, timeout=max(10.0, min(a.run_timeout, a.budget_clock.left() - 15)), log=log, env=ENV)
+    r = rl.run(cmd, cwd=work, timeout=max(10.0, min(a.run_timeout, a.budget_clock.left() - 15)), log=log,
+               env={**ENV, **(env or {})})
     doc = result(r) or {}
     row: dict[str, Any] = {"config": cfg, "tag": tag, **r.brief()}
     if mode == "oploop":
@@ -68,7 +77,7 @@ def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace,
         row.update({k: doc.get(k) for k in ("rss_after_warm_mb", "rss_end_mb", "loop_s", "steps")})
         if doc.get("rss_end_mb") is not None and doc.get("rss_after_warm_mb") is not None:
             row["growth_mb"] = round(doc["rss_end_mb"] - doc["rss_after_warm_mb"], 1)
-    if cfg == "dlpt":
+    if run_as == "dlpt":
         row.update(rl.parse_saved(r))
         rd = rl.read_profile(prof, metric="cpu_time") if os.path.exists(prof) else {"ok": False, "error": "no file"}
         row["saved"] = rd["ok"]
@@ -77,7 +86,7 @@ def one(cfg: str, mode: str, n: int, work: str, tag: str, a: argparse.Namespace,
             row["cpu_time_us"] = rd["doc"]["summary"].get("cpu_time")
         if os.path.exists(prof):
             os.unlink(prof)
-    print(f" rc {r['rc']}, {r['wall_s']:.1f} s" + (f", saved {rl.fmt(row['saved'])}" if cfg == "dlpt" else "")
+    print(f" rc {r['rc']}, {r['wall_s']:.1f} s" + (f", saved {rl.fmt(row['saved'])}" if run_as == "dlpt" else "")
           + (" TIMED OUT" if r["timed_out"] else ""), flush=True)
     if r["rc"] != 0:
         print("    " + "\n    ".join(r.err_lines[-5:]), flush=True)
@@ -127,14 +136,17 @@ def cpu_record(argv: list[str]) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=None, help="oploop steps (320); with --callgrind: counted steps (10)")
     ap.add_argument("--callgrind", action="store_true", help="count instructions per step under callgrind instead")
-    ap.add_argument("--configs", default=CALLGRIND, help="--callgrind: comma-separated configurations")
+    ap.add_argument("--configs", default=None,
+                    help="configurations, `[LABEL=]none|dlpt[:ENV=VAL,...]`, comma-separated (';' where one sets "
+                         "several variables): the oploop's (default none,dlpt), or --callgrind's (default: the "
+                         "collector's parts switched off in turn)")
     ap.add_argument("--skip", type=int, default=20, help="warm-up steps left out of the median")
     ap.add_argument("--mem-steps", type=int, default=100_000)
     ap.add_argument("--run-timeout", type=float, default=300)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole invocation (runs are cut to fit)")
     a = ap.parse_args(argv)
     if a.callgrind:
-        callgrind(a.configs.split(","), a.steps or 10)
+        callgrind((a.configs or CALLGRIND).split(","), a.steps or 10)
         return
     a.steps = a.steps or 320
     a.budget_clock = rl.Budget(a.budget)
@@ -148,26 +160,29 @@ def cpu_record(argv: list[str]) -> None:
     if "oploop" in parts:
         print("== oploop", flush=True)
         runs = res["oploop"] = []
-        for rep in range(a.repeats):
-            for cfg in ("none", "dlpt"):
-                runs.append(one(cfg, "oploop", a.steps, work, f"oploop-{cfg}-{rep}", a, log))
+        configs = rl.parse_configs(a.configs or "none,dlpt")
+        for rep in range(a.repeats):  # in turns: the machine's drift falls on every configuration alike
+            for label, mode, env in configs:
+                runs.append(one(label, "oploop", a.steps, work, f"oploop-{label}-{rep}", a, log, mode, env))
                 rl.write_json(out, "cpu.json", res)
         rows, summ = [], {}
-        for cfg in ("none", "dlpt"):
-            rs = [r for r in runs if r["config"] == cfg]
+        for label, _, _ in configs:
+            rs = [r for r in runs if r["config"] == label]
             ok = [r for r in rs if r["rc"] == 0 and r["median_ms"] is not None]
-            summ[cfg] = {"median_ms": rl.med([r["median_ms"] for r in ok]), "per_run": [r["median_ms"] for r in ok],
-                         "ok": len(ok), "n": len(rs), "saved": sum(1 for r in rs if r.get("saved")),
-                         "exit": sorted({r["rc"] for r in rs if r["rc"] is not None})}
-        summ["ratio"] = rl.ratio(summ["dlpt"]["median_ms"], summ["none"]["median_ms"])
+            summ[label] = {"median_ms": rl.med([r["median_ms"] for r in ok]), "per_run": [r["median_ms"] for r in ok],
+                           "ok": len(ok), "n": len(rs), "saved": sum(1 for r in rs if r.get("saved")),
+                           "exit": sorted({r["rc"] for r in rs if r["rc"] is not None})}
+        base = summ.get("none", {}).get("median_ms")
+        if "dlpt" in summ:
+            summ["ratio"] = rl.ratio(summ["dlpt"]["median_ms"], base)
         res["oploop_summary"] = summ
-        for cfg, label in (("none", "unprofiled"), ("dlpt", "dlpt record")):
-            s = summ[cfg]
-            rows.append([label, f"{s['ok']}/{s['n']}", s["median_ms"], ", ".join(rl.fmt(x) for x in s["per_run"]),
-                         rl.ratio(s["median_ms"], summ["none"]["median_ms"]),
-                         f"{s['saved']}/{s['n']}" if cfg == "dlpt" else "-",
+        for label, mode, _ in configs:
+            s = summ[label]
+            rows.append([{"none": "unprofiled", "dlpt": "dlpt record"}.get(label, label), f"{s['ok']}/{s['n']}",
+                         s["median_ms"], ", ".join(rl.fmt(x) for x in s["per_run"]), rl.ratio(s["median_ms"], base),
+                         f"{s['saved']}/{s['n']}" if mode == "dlpt" else "-",
                          ", ".join("skipped" if r.get("skipped") else "timed out" if r["timed_out"] else str(r["rc"])
-                                   for r in runs if r["config"] == cfg)])
+                                   for r in runs if r["config"] == label)])
         tables.append(rl.table(f"CPU op-bound loop: 8×(Linear+LayerNorm+GELU) 16×64, AdamW, {a.steps} steps, median "
                                f"step ms over steps {a.skip}.. ({os.cpu_count()} cores; target ≤ 1.25×)",
                                ["config", "ran", "median ms", "per run", "× unprofiled", "saved", "exit"], rows))

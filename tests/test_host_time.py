@@ -116,9 +116,10 @@ def test_host_time_is_conserved_and_bounded_by_the_window(recorded: tuple[dlpt.P
     assert main_thread * 0.9 <= inc[0] <= 2 * wall
 
 
-def test_the_main_thread_samples_itself_without_handing_the_gil_over() -> None:
-    # A main thread that runs Python and ops samples itself (host.h: its op callback, no GIL
-    # handed to the sampler): nearly a sample a period, and its time lands on the line that ran.
+def test_the_main_thread_is_read_without_the_gil() -> None:
+    # The sampler reads the main thread's frames without the GIL at every tick (host.h, peek.h):
+    # nearly a sample a period, hardly any read with the GIL (a scan for new threads every 16
+    # ticks), and the time lands on the line that ran.
     import time
 
     import torch
@@ -139,16 +140,107 @@ def test_the_main_thread_samples_itself_without_handing_the_gil_over() -> None:
     finally:
         prof = rec.stop()
     period = prof.meta["host_sampler"]["period_ns"]
-    assert snap["self_samples"] >= 0.25 * wall * 1e9 / period, (snap["self_samples"], snap["samples"])
+    assert snap["peek_samples"] >= 0.25 * wall * 1e9 / period, (snap["peek_samples"], snap["samples"])
+    assert snap["samples"] < snap["peek_samples"] / 4, (snap["peek_samples"], snap["samples"])
     lines = _by_line(prof, os.path.basename(__file__))
     line = loop.__code__.co_firstlineno + 3  # the `x.add_(1)` line
     on_loop = lines.get(line, 0) + lines.get(line - 1, 0)  # the `while` line takes its checks' samples
     assert on_loop / 1e9 == pytest.approx(wall, rel=0.15), (lines, wall)
 
 
+def _record(tmp: Path, program: str) -> tuple[dlpt.Profile, dict, str]:
+    (tmp / "prog.py").write_text(textwrap.dedent(program))
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "--force", "-o", "run.dlpt", "prog.py",
+                        "truth.json"], cwd=tmp, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return dlpt.load(str(tmp / "run.dlpt")), json.loads((tmp / "truth.json").read_text()), (tmp / "prog.py").read_text()
+
+
+# A matmul and two small lines, each timed by the program: a top-level op entered once a sample
+# was due took the whole period before it (the op callback's own sample, before peek.h), which
+# put most of the matmul's time on the `w =` line after it.
+MATMUL_LOOP = """\
+import json, sys, time
+import torch
+torch.set_num_threads(1)
+x = torch.randn(200, 200)
+pc, t = time.perf_counter, [0.0, 0.0, 0.0]
+for _ in range(5000):
+    a = pc()
+    y = x @ x  # MATMUL
+    b = pc()
+    w = x[0, 0] * 2  # W
+    c = pc()
+    z = y[0, 0] * 3  # Z
+    d = pc()
+    t[0] += b - a; t[1] += c - b; t[2] += d - c
+json.dump(t, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_matmul_loop_puts_host_time_on_the_matmul_line(tmp_path: Path) -> None:
+    prof, truth, text = _record(tmp_path, MATMUL_LOOP)
+    got = _by_line(prof)
+    have = [got.get(_line(text, m), 0) for m in ("# MATMUL", "# W", "# Z")]
+    share, true_share = have[0] / sum(have), truth[0] / sum(truth)
+    # The program's own timers put 82-87% of the three lines' time on the matmul under recording on
+    # a 2-core machine (89% unprofiled: the recorder's per-op cost falls on the two small lines);
+    # dlpt's share differed from them by -1.6 to +0.7 points in 10 runs (the sampler before peek.h:
+    # 3-13% on the matmul, 76-94% on `w =`). So: 85% where the truth allows it, and within 5 points
+    # of the truth.
+    assert share >= min(0.85, true_share - 0.05), (share, true_share, have)
+    assert abs(share - true_share) <= 0.05, (share, true_share, have)
+
+
+# Short stretches between torch ops, each shorter than the switch interval (5 ms) and repeated:
+# a sleep, pure Python (holds the GIL throughout), tiny ops. A read with the GIL saw the pure
+# Python only once it let go of the GIL, at the next line's first op, so its time went there.
+SHORT_STRETCHES = """\
+import json, sys, time
+import torch
+x = torch.zeros(8)
+pc, t = time.perf_counter, {"sleep": 0.0, "busy": 0.0, "ops": 0.0}
+for _ in range(20):
+    t0 = pc()
+    time.sleep(0.004)  # SLEEP
+    t1 = pc()
+    while pc() - t1 < 0.002: pass  # BUSY
+    t2 = pc()
+    for _ in range(300): x.add_(1)  # OPS
+    t3 = pc()
+    t["sleep"] += t1 - t0; t["busy"] += t2 - t1; t["ops"] += t3 - t2
+json.dump(t, open(sys.argv[1], "w"))
+"""
+
+
+def test_short_stretches_get_their_own_time(tmp_path: Path) -> None:
+    prof, truth, text = _record(tmp_path, SHORT_STRETCHES)
+    # Ticks more than half a period late: this machine's cores were busy (another recording beside
+    # this one) and the sampler waited for one; starved through a 2 ms stretch, it misses it
+    # whatever it reads (measured: 3-10% of ticks late, pure Python -20..-95%). Once more, else
+    # skip. Not where the main thread was read with the GIL: there a tick waits for the GIL, and
+    # what it then reads is the fault this test is for.
+    for attempt in range(2):
+        sampler, window = prof.meta["host_sampler"], prof.meta["window"]
+        if sampler.get("main_thread", "gil") == "gil" or \
+                sampler["late"] <= 0.01 * (window["end"] - window["start"]) / sampler["period_ns"]:
+            break
+        if attempt == 1:
+            pytest.skip(f"the sampler's ticks came late ({sampler}): this machine's cores are busy")
+        prof, truth, text = _record(tmp_path, SHORT_STRETCHES)
+    got = _by_line(prof)
+    # The error measured in 12 runs on 2 cores at 1 ms (about 40 ticks on each line: a sampling
+    # error): sleep -4.3..+2.9%, busy -5.2..+5.5%, ops -6.4..+7.5%; the sampler before peek.h:
+    # sleep -12..-15%, busy -100%, ops +92..+216% (the pure Python's time on the ops line). The ops
+    # line comes right after the pure Python: its bound is also "no more than its own time".
+    for key, marker, tol in (("sleep", "# SLEEP", 0.09), ("busy", "# BUSY", 0.12), ("ops", "# OPS", 0.15)):
+        have = got.get(_line(text, marker), 0) / 1e9
+        assert have == pytest.approx(truth[key], rel=tol), (key, have, truth[key], got)
+
+
 def test_the_sampler_reading_every_thread_with_the_gil_puts_time_on_the_same_lines(tmp_path: Path) -> None:
-    # DLPT_DIAG=samplergil: the sampler reads the main thread too, as before self-sampling; the
-    # same program's lines get the same time within the tolerances above.
+    # DLPT_DIAG=samplergil: the sampler reads the main thread with the GIL too, at every tick (the
+    # comparison); long stretches' lines get the same time within the tolerances above.
     (tmp_path / "prog.py").write_text(textwrap.dedent(PROGRAM))
     env = {**os.environ, "DLPT_DIAG": "samplergil"}
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "-o", "run.dlpt", "prog.py", "truth.json"],

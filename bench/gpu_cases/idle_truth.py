@@ -8,7 +8,9 @@ Each measured statement sits on its own line; the line before it notes its numbe
 - a loop of tiny kernels: its wall time minus the GPU time of the same kernels run back to back
   (queued behind a sleep kernel in batches, bracketed by CUDA events) is the idle between launches;
 - `torch.cuda.synchronize()` after a large matmul and `.item()` after another: the wall time of
-  the blocking line is sync time.
+  the blocking line is sync time;
+- short stretches, 20 times: a 4 ms `time.sleep`, 2 ms of pure Python, 300 tiny kernels and a
+  synchronize, each line's truth as above, summed over the 20.
 The check prints each line's figure from the profile against the truth and exits 1 when idle or
 sync on a line is off by more than 5% (for the tiny-kernel loop: below by more than 5%, or above by
 more than 2 µs a kernel, the GPU's own gap between back-to-back kernels, or 5% where that is more).
@@ -90,6 +92,38 @@ def run(out: str) -> None:
         v = z.sum().item()
         note(ln, "sync_ns", time.perf_counter_ns() - t0)
         del y, z, v
+
+    # Short stretches, each shorter than the switch interval (5 ms) and repeated: a sleep and pure
+    # Python with the GPU drained, tiny kernels, a synchronize. A sampler read that waits for the
+    # GIL sees the pure Python only at the next line's first launch.
+    n = 300
+    for _ in range(20):
+        t0 = time.perf_counter_ns()
+        ln = here()
+        time.sleep(0.004)
+        note(ln, "idle_ns", time.perf_counter_ns() - t0)
+
+        t0 = time.perf_counter_ns()
+        ln = here()
+        while time.perf_counter_ns() - t0 < 2_000_000: pass  # noqa: E701 - one line: the loop is the line
+        note(ln, "idle_ns", time.perf_counter_ns() - t0)
+
+        t0 = time.perf_counter_ns()
+        ln = here()
+        for _ in range(n): x.add_(1)  # noqa: E701 - one line: the loop and its launches
+        torch.cuda.synchronize()
+        wall = time.perf_counter_ns() - t0
+        # The same kernels back to back, as above (one batch: n is under the launch queue's 1000).
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(50_000_000)
+        e0.record()
+        for _ in range(n):
+            x.add_(1)
+        e1.record()
+        torch.cuda.synchronize()
+        note(ln, "idle_ns", wall - e0.elapsed_time(e1) * 1e6)
+        note(ln, "tiny", 1)
+        note(ln, "kernels", n)
     with open(out, "w") as f:
         json.dump({"file": __file__, "lines": truth}, f, indent=1)
 

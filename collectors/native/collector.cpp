@@ -76,7 +76,7 @@ namespace {
 // ----- the RecordFunction callback -----
 
 void collective_log(int64_t node, int64_t t0, int64_t t1);  // host.h
-void host_self_sample(const ThreadState& ts, int64_t node, int64_t t0);  // host.h
+void host_op_entered(const ThreadState& ts);  // host.h
 
 std::atomic<bool> g_host_on{false};
 at::CallbackHandle g_handle = 0;
@@ -125,7 +125,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     parent = backward_parent(ts, fn.forwardThreadId(), fn.seqNr());
   } else {
     parent = current_node(ts, frame);
-    if (ts.stack.empty()) host_self_sample(ts, parent, t0);  // the main thread's host-time sample, when due
+    if (ts.stack.empty()) host_op_entered(ts);  // the sampler reads other threads less often (host.h)
   }
   const char* name = fn.name();
   int64_t node = op_node(ts, parent, name);
@@ -189,6 +189,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 #include "autograd.h"
 #include "device.h"  // after the callback: it reads the diagnostics flags above
 #include "memory.h"  // GPU memory by line: the caching allocator's events
+#include "peek.h"    // the main thread's frames read without the GIL, for the sampler
 #include "host.h"    // host time, sync time, GPU busy intervals
 
 namespace {
@@ -476,7 +477,9 @@ py::dict host_snapshot() {
                                      std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();
   d["samples"] = g_samples.load();
   d["sample_waits"] = g_sample_waits.load();
-  d["self_samples"] = g_self_samples.load();
+  d["peek_samples"] = g_peek_samples.load();
+  d["sample_skips"] = g_peek_skips.load();
+  d["main_read"] = host_main_read();
   d["sample_period_ns"] = g_sample_period_ns;
   return d;
 }

@@ -3,16 +3,20 @@
 // Part of collector.cpp (one translation unit): included there after autograd.h, before device.h.
 //
 // Host time. The op callback sees the program only when it calls torch; a pure-Python loop, a
-// `time.sleep` or a data loader's wait never reach it. So a sampler thread wakes every
-// `period` (1 ms by default, pyinstrument's interval) and reads every Python thread's frames,
-// innermost first, into the same trie the ops use: the time since its last wake goes to each
-// thread's innermost frame. It takes the GIL to read other threads' frames (the safe way: a
-// frame changes only while its thread holds the GIL). Torch's bindings release the GIL around
-// every op and every synchronisation, so a program that launches work is read on time; a
-// thread that runs pure Python hands the GIL over within the switch interval (5 ms), so its
-// samples come that often and each carries the time that passed. The recording's main thread is
-// sampled by its own op callback where it enters ops (see host_self_sample). Measured:
-// docs/BENCHMARKS.md.
+// `time.sleep` or a data loader's wait never reach it. So a sampler thread wakes every `period`
+// (1 ms by default, pyinstrument's interval; jittered ±25% so that a loop of a period's multiple
+// does not alias) and reads where each Python thread is, innermost frame first, into the same
+// trie the ops use: the time since a thread's last sample goes to the line it runs at the tick.
+// The recording's main thread is read at every tick *without* the GIL: its frame chain copied
+// with process_vm_readv (peek.h), so the tick sees the line that runs at the tick. (A read that
+// waits for the GIL sees the line that runs when the main thread lets go of it — at its next op,
+// or at the switch interval (5 ms) in pure Python — and put each stretch's time on the line after
+// it; reading the main thread from its own op callback put the time before an op on the op.)
+// Other threads are read with the GIL (the safe way: a frame changes only while its thread holds
+// the GIL), by a second thread, the GIL worker, so that the main thread's ticks never wait for
+// it; torch releases the GIL around every op and synchronisation, and a thread that runs pure
+// Python hands it over within the switch interval. Builds without the internal frame API read
+// every thread with the GIL. Measured: docs/BENCHMARKS.md.
 //
 // Idle blame needs to know what the host did *when*: each thread's samples are kept as
 // run-length intervals (start, end, node, thread, in-sync), which dlpt/idle.py lays over the GPU's
@@ -45,7 +49,7 @@ std::unordered_map<int64_t, int64_t> g_sync_ns;  // node → sync time (ns)
 std::vector<HostInterval> g_intervals;
 std::unordered_map<int64_t, HostRun> g_runs;  // thread id → its open interval
 std::unordered_set<int64_t> g_ignored_tids;   // dlpt's own Python threads (the snapshot writer)
-std::atomic<int64_t> g_samples{0}, g_sample_waits{0}, g_self_samples{0};
+std::atomic<int64_t> g_samples{0}, g_sample_waits{0};
 int64_t g_window_start = 0, g_window_end = 0;  // steady clock (ns)
 std::atomic<bool> g_window_open{false};
 bool g_keep_intervals = false;
@@ -227,45 +231,44 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
   r.start = now - dt;
 }
 
-// The recording's main thread samples itself. Taking the GIL from the sampler thread costs the
-// program more than the sample: the main thread, back from an op (torch releases the GIL around
-// each), waits for the sampler to finish and to hand the GIL back, a thread wake-up each time —
-// measured: 2–4% of a launch-bound eager decode on the CPU (docs/BENCHMARKS.md). But the op
-// callback already knows where the main thread is at each op it enters: the Python context it
-// reads for the op (the same node the sampler's walk would give). So a top-level op entered on
-// the main thread once its sample is due (a period after the last) is its sample: the time
-// since the last one goes to that line, no GIL, no frame walk of its own. Where the main thread
-// enters no op for a period (pure Python, a sleep, a synchronisation, a long C call) the sampler
-// reads it with the GIL as before, at every tick, with its sync state, and every other thread
-// with it. (Asking the main thread
-// with Py_AddPendingCall was tried: on 3.11 and 3.12 a call added from another thread does not
-// raise the eval breaker, so a pure-Python stretch went unsampled until its end.) While the
-// main thread samples itself, other threads are read with the GIL every tick while one of them
-// launches GPU work (idle blame lays their intervals over the GPU's gaps), every `kOtherTicks`
-// ticks while there are others (a data loader's pin-memory thread, a progress bar's monitor:
-// py-spy reads at 100 Hz), else every `kScanTicks` ticks to find new ones. DLPT_DIAG=samplergil reads every thread with the GIL at
-// every tick (the sampler before this; the comparison).
+// The recording's main thread is read without the GIL (peek.h), at every tick: an unbiased
+// statistical profiler, each tick's time on what runs at the tick. Taking the GIL from the
+// sampler thread gave the main thread's time to the wrong line (the read comes when the main
+// thread lets go of the GIL: at its next op, or at the switch interval in pure Python, so a
+// stretch's time went to the line after it), and cost a launch-bound loop 2–4% (the main thread,
+// back from an op, waits for the sampler to hand the GIL back; docs/BENCHMARKS.md). Where a frame's
+// code is not interned yet (no op and no read with the GIL has seen it), the tick's time goes to
+// the frames outside it — the line that called it, which is running — and the GIL worker, once
+// for each such code, reads the main thread with the GIL (interning what runs then) and looks for
+// the code among its caller's constants and its module's functions (intern_unknown), so later
+// ticks place it; where no frame at all is known (the recording's first instants, a stack deeper
+// than kPeekDepth) the worker's read with the GIL takes the tick, as before. A read that stays torn after its retries
+// is a skipped tick (`g_peek_skips`): the next one carries its time. Reads of the other threads
+// still take the GIL, on a thread of their own (the GIL worker) so that the main thread's ticks
+// never wait for it: every tick while one of them launches GPU work (idle blame lays their
+// intervals over the GPU's gaps) or while the main thread enters no op (its stretches hand the
+// GIL over anyway: a sleep, pure Python), every `kOtherTicks` ticks while there are others (a
+// data loader's pin-memory thread, a progress bar's monitor: py-spy reads at 100 Hz), else every
+// `kScanTicks` ticks to find new ones. Builds without the internal frame API (the public one),
+// or where this process cannot read its own memory, read every thread with the GIL at every
+// tick, and so does DLPT_DIAG=samplergil (the comparison). The period is jittered (±25%) so that
+// a loop whose iteration is a multiple of it is not always read at the same line.
 constexpr int64_t kOtherTicks = 4;
 constexpr int64_t kScanTicks = 16;
-std::atomic<bool> g_self_ok{false};        // the op callback samples the main thread
-std::atomic<int64_t> g_self_due{INT64_MAX};  // the tick count from which its next sample is due
-std::atomic<int64_t> g_period_ticks{0};      // the period in ticks (set by the sampler once it can tell)
+std::atomic<bool> g_peek_on{false};       // the main thread is read without the GIL
+std::atomic<bool> g_main_op{false};       // the main thread entered an op since the last tick
 std::atomic<bool> g_others_seen{true};     // the last read found program threads besides the main one
 std::atomic<bool> g_others_launch{false};  // ... and one of them had launched GPU work
+std::atomic<int64_t> g_peek_samples{0}, g_peek_skips{0};
 int64_t g_main_last = 0;    // the main thread's last sample (steady ns), under g_host_mu
 int64_t g_others_last = 0;  // the other threads' last read, likewise
 int64_t g_main_tid = 0;
 
-// From the op callback (collector.cpp), at a top-level op with its Python context `node`.
-void host_self_sample(const ThreadState& ts, int64_t node, int64_t t0) {
-  if (t0 < g_self_due.load(std::memory_order_relaxed) || ts.py != g_main_tstate || node < 0) return;
-  g_self_due.store(t0 + g_period_ticks.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  int64_t now = steady_ns();
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (!g_window_open.load()) return;
-  add_sample(g_main_tid, node, 0, now, now - g_main_last);
-  g_main_last = now;
-  g_self_samples.fetch_add(1, std::memory_order_relaxed);
+// From the op callback (collector.cpp), at a top-level op: the main thread runs ops, so the
+// other threads need not be read at every tick (see above). A load, and a store once a tick.
+void host_op_entered(const ThreadState& ts) {
+  if (ts.py == g_main_tstate && !g_main_op.load(std::memory_order_relaxed))
+    g_main_op.store(true, std::memory_order_relaxed);
 }
 
 // Reads threads with the GIL held: the main thread where `main`, the others where `others`
@@ -302,49 +305,251 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
   for (auto& [tid, node, sync] : seen) {
     int64_t d = now - (tid == g_main_tid ? g_main_last : g_others_last);
     if (tid != g_main_tid && !g_runs.count(tid)) d = std::min(d, g_sample_period_ns);
+    if (d <= 0) continue;  // the main thread's peek (below) sampled it after this read began
     add_sample(tid, node, sync, now, d);
   }
-  if (main) g_main_last = now;
+  if (main) g_main_last = std::max(g_main_last, now);
   if (others) g_others_last = now;
 }
 
+// ----- the main thread's ticks without the GIL (peek.h), and the GIL worker -----
+
+// What the sampler asks the GIL worker for: the other threads; codes the main thread runs interned
+// (a read that places no time); the main thread read with the GIL, its time included.
+constexpr int kReqOthers = 1, kReqIntern = 2, kReqMain = 4;
+std::thread* g_gil_worker = nullptr;
+std::condition_variable g_gil_cv;  // with g_sampler_mu
+int g_gil_req = 0;                 // under g_sampler_mu
+
+// A code the sampler found the main thread running and could not place: its pointer, its frame's
+// globals and the code of the frame that called it (interned), as the copy had them.
+struct UnknownCode {
+  PyObject *code, *globals, *caller;
+};
+std::vector<UnknownCode> g_unknown;  // under g_sampler_mu: for the GIL worker
+constexpr size_t kMaxUnknown = 64;
+
+void gil_request(int what, const UnknownCode* unknown = nullptr) {
+  {
+    std::lock_guard<std::mutex> lk(g_sampler_mu);
+    if (unknown != nullptr && g_unknown.size() < kMaxUnknown) g_unknown.push_back(*unknown);
+    if ((g_gil_req | what) == g_gil_req) return;  // asked already: it is coming
+    g_gil_req |= what;
+  }
+  g_gil_cv.notify_one();
+}
+
+// With the GIL: whether `want` (a pointer from a copy, never dereferenced) is the code of `obj`,
+// a function, a static or class method, a property's getter, or of a function that a function's
+// closure holds (a decorator's wrapped function), or of one in a class's dict; `depth` bounds it.
+bool holds_code(PyObject* obj, PyObject* want, int depth) {
+  if (PyFunction_Check(obj)) {
+    if (PyFunction_GET_CODE(obj) == want) return true;
+    PyObject* cells = PyFunction_GET_CLOSURE(obj);
+    if (depth > 0 && cells != nullptr && PyTuple_Check(cells)) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cells); ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(cells, i);
+        PyObject* v = PyCell_Check(cell) ? PyCell_GET(cell) : nullptr;
+        if (v != nullptr && holds_code(v, want, depth - 1)) return true;
+      }
+    }
+    return false;
+  }
+  const char* attr = Py_IS_TYPE(obj, &PyStaticMethod_Type) || Py_IS_TYPE(obj, &PyClassMethod_Type) ? "__func__"
+                     : Py_IS_TYPE(obj, &PyProperty_Type)                                          ? "fget"
+                                                                                                   : nullptr;
+  if (attr != nullptr) {  // members of exact built-in types: reading them runs no Python
+    PyObject* f = PyObject_GetAttrString(obj, attr);
+    if (f == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool found = depth > 0 && holds_code(f, want, depth - 1);
+    Py_DECREF(f);
+    return found;
+  }
+  if (depth > 0 && PyType_Check(obj)) {
+    PyObject* d = reinterpret_cast<PyTypeObject*>(obj)->tp_dict;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (d != nullptr && PyDict_Next(d, &pos, &k, &v))
+      if (holds_code(v, want, depth - 1)) return true;
+  }
+  return false;
+}
+
+// With the GIL: whether `want` is a constant of `code`, or of a code among its constants (nested
+// functions, lambdas, comprehensions: they run called from it).
+bool consts_hold(PyObject* code, PyObject* want, int depth) {
+  PyObject* consts = reinterpret_cast<PyCodeObject*>(code)->co_consts;
+  for (Py_ssize_t i = 0; consts != nullptr && i < PyTuple_GET_SIZE(consts); ++i) {
+    PyObject* c = PyTuple_GET_ITEM(consts, i);
+    if (!PyCode_Check(c)) continue;  // `want` may be any value (a torn copy): only a code is one
+    if (c == want || (depth > 0 && consts_hold(c, want, depth - 1))) return true;
+  }
+  return false;
+}
+
+// With the GIL: interns u.code where it can be found alive — a constant of its caller's code, or
+// a function (method, decorated function) of the module whose dict its frame had (found among
+// sys.modules by that dict's address). A pure-Python function the main thread runs between ops
+// is on the stack only briefly, so the read with the GIL (which comes at the next op) seldom
+// sees it; found this way, the sampler's later ticks place its lines.
+void intern_unknown(const UnknownCode& u) {
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_code_idx.count(u.code) || (u.caller != nullptr && !g_code_idx.count(u.caller))) return;
+  }
+  bool found = u.caller != nullptr && consts_hold(u.caller, u.code, 3);
+  PyObject* modules = found ? nullptr : PyImport_GetModuleDict();
+  PyObject *k, *m;
+  Py_ssize_t pos = 0;
+  while (modules != nullptr && !found && PyDict_Next(modules, &pos, &k, &m)) {
+    if (!PyModule_Check(m) || PyModule_GetDict(m) != u.globals) continue;
+    PyObject *name, *v;
+    Py_ssize_t at = 0;
+    while (!found && PyDict_Next(u.globals, &at, &name, &v)) found = holds_code(v, u.code, 2);
+    break;
+  }
+  if (found) intern_code(u.code);
+}
+
+// The GIL worker: reads with the GIL whatever the sampler asks for, as it comes; while it waits
+// for the GIL (up to the switch interval where the program runs pure Python) the sampler's
+// requests pile into one, and the main thread's ticks go on.
+void gil_worker_loop() {
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyThreadState* self = PyThreadState_Get();
+  PyThreadState* saved = PyEval_SaveThread();
+  std::vector<UnknownCode> unknown;
+  for (;;) {
+    int req;
+    {
+      std::unique_lock<std::mutex> lk(g_sampler_mu);
+      g_gil_cv.wait(lk, [] { return g_sampler_stop || g_gil_req != 0; });
+      if (g_sampler_stop) break;
+      req = g_gil_req;
+      g_gil_req = 0;
+      unknown.swap(g_unknown);
+    }
+    PyEval_RestoreThread(saved);
+    if (!g_sampler_stop) {
+      if ((req & kReqIntern) && !(req & kReqMain)) {
+        // The main thread's frames with the GIL: their codes interned and their nodes made, so
+        // the sampler's next ticks place them; its time stays with the ticks.
+        sample_node(g_main_tstate, state_of(g_main_tstate), g_main_tid);
+      }
+      for (const UnknownCode& u : unknown) intern_unknown(u);
+      // A read that takes the GIL reads the other threads along: it costs no more.
+      sample_threads(self, steady_ns(), (req & kReqMain) != 0, true);
+      g_samples.fetch_add(1, std::memory_order_relaxed);
+    }
+    unknown.clear();
+    saved = PyEval_SaveThread();
+  }
+  PyEval_RestoreThread(saved);
+  PyGILState_Release(g);
+}
+
+// The main thread's ThreadState, once it has one (it has entered an op): its sync state.
+ThreadState* g_main_state = nullptr;  // the sampler's
+ThreadState* g_peek_ts = nullptr;     // the sampler's frame caches for peeks
+std::unordered_set<PyObject*> g_asked;  // the sampler's: unknown codes handed to the GIL worker once
+#if defined(DLPT_INTERNAL_FRAMES)
+std::vector<_PyInterpreterFrame> g_peek_frames;  // the sampler's scratch
+std::vector<const void*> g_peek_at;
+#endif
+
+// One tick of the main thread without the GIL: the time since its last sample to the line it
+// runs now. False where this process cannot read its own memory (the sampler then takes the GIL).
+bool peek_main() {
+#if defined(DLPT_INTERNAL_FRAMES)
+  int64_t now = steady_ns();
+  PeekStatus st = peek_frames(g_main_tstate, g_peek_frames, g_peek_at);
+  if (st == PEEK_UNAVAILABLE) return false;
+  if (st == PEEK_TORN) {  // the next tick carries this one's time
+    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (st == PEEK_DEEP) {  // past kPeekDepth: the GIL worker's read takes the tick
+    gil_request(kReqMain);
+    return true;
+  }
+  // The main thread's contexts hang from the current phase's node (trie.h); the last walk's
+  // nodes are of the phase they were placed in.
+  uint64_t gen = g_phase_gen.load(std::memory_order_acquire);
+  if (g_peek_ts->phase_gen != gen) {
+    g_peek_ts->phase_gen = gen;
+    g_peek_ts->last.clear();
+    g_peek_ts->last_nodes.clear();
+  }
+  int64_t base = g_phase_node.load(std::memory_order_acquire);
+  PeekPlace p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, base);
+  if (p.torn && peek_frames(g_main_tstate, g_peek_frames, g_peek_at) == PEEK_OK)  // once more
+    p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, base);
+  if (p.torn) {
+    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (p.unknown != nullptr && p.placed == 0) {  // nothing known to place it on: the GIL worker's read
+    gil_request(kReqMain);
+    return true;
+  }
+  if (p.unknown != nullptr && g_asked.insert(p.unknown).second) {
+    UnknownCode u{p.unknown, p.unknown_globals, p.caller};
+    gil_request(kReqIntern, &u);
+  }
+  if (g_main_state == nullptr) g_main_state = state_of(g_main_tstate);
+  int64_t sync = g_main_state != nullptr ? g_main_state->in_sync.load(std::memory_order_relaxed) : 0;
+  std::lock_guard<std::mutex> lk(g_host_mu);
+  if (!g_window_open.load()) return true;
+  int64_t d = now - g_main_last;
+  if (d <= 0) return true;  // a read with the GIL sampled it after this tick began
+  if (p.placed > 0) add_sample(g_main_tid, p.node, sync, now, d);
+  g_main_last = now;  // no Python frames (all of them not started): its time is no line's, as with the GIL
+  g_peek_samples.fetch_add(1, std::memory_order_relaxed);
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The sampler: wakes every period (jittered), reads the main thread without the GIL where it can
+// and asks the GIL worker for the other threads when due (see above); else reads every thread
+// with the GIL itself.
 void sampler_loop() {
   PyGILState_STATE g = PyGILState_Ensure();  // this thread's own PyThreadState, for its life
   PyThreadState* self = PyThreadState_Get();
   PyThreadState* saved = PyEval_SaveThread();
-  int64_t last = steady_ns(), tick = 0;
+  int64_t tick = 0;
+  uint64_t rng = uint64_t(steady_ns()) | 1;
   auto next = std::chrono::steady_clock::now();
   for (;;) {
-    next += std::chrono::nanoseconds(g_sample_period_ns);
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;  // xorshift64: a jitter of ±25%
+    next += std::chrono::nanoseconds(g_sample_period_ns * 3 / 4 + int64_t(rng % uint64_t(g_sample_period_ns / 2 + 1)));
     {
       std::unique_lock<std::mutex> lk(g_sampler_mu);
       if (g_sampler_cv.wait_until(lk, next, [] { return g_sampler_stop; })) break;
     }
     auto woke = std::chrono::steady_clock::now();
+    // Late: the machine's cores were busy (or, reading with the GIL, the last read waited for it).
+    // A late tick's time goes to the line it sees, as any tick's.
+    if (woke > next + std::chrono::nanoseconds(g_sample_period_ns / 2))
+      g_sample_waits.fetch_add(1, std::memory_order_relaxed);
     if (woke > next + std::chrono::nanoseconds(g_sample_period_ns)) next = woke;  // fell behind: no catch-up burst
-    int64_t now = steady_ns(), prev = last;
-    if (now - last > 2 * g_sample_period_ns) g_sample_waits.fetch_add(1, std::memory_order_relaxed);
-    last = now;
-    bool main = true, others = true;
-    if (g_self_ok.load()) {
-      if (g_period_ticks.load() == 0) {  // a period has passed since the start: the tick rate is known
-        // 0.9 of a period: an op-heavy main thread then samples itself within nearly every tick.
-        g_period_ticks.store(std::max<int64_t>(1, int64_t(0.9 * double(g_sample_period_ns) / ns_per_tick())));
-        g_self_due.store(ticks());
+    if (g_peek_on.load(std::memory_order_relaxed)) {
+      if (peek_main()) {
+        ++tick;
+        bool ops = g_main_op.exchange(false, std::memory_order_relaxed);
+        if (!ops || tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0))
+          gil_request(kReqOthers);
+        continue;
       }
-      {
-        std::lock_guard<std::mutex> lk(g_host_mu);
-        main = g_main_last <= prev;  // not sampled by its op callback since the last tick
-      }
-      ++tick;
-      // A read that takes the GIL for the main thread reads the others too: it costs no more.
-      others = main || tick % kScanTicks == 0 || g_others_launch.load() ||
-               (g_others_seen.load() && tick % kOtherTicks == 0);
-      if (!others) continue;
+      g_peek_on.store(false);  // this process cannot read its own memory: the GIL from now on
     }
     PyEval_RestoreThread(saved);
     if (!g_sampler_stop) {
-      sample_threads(self, steady_ns(), main, others);
+      sample_threads(self, steady_ns(), true, true);
       g_samples.fetch_add(1, std::memory_order_relaxed);
     }
     saved = PyEval_SaveThread();
@@ -356,7 +561,7 @@ void sampler_loop() {
 // From start(), with the GIL held (g_main_tstate set): a fresh window, and the sampler unless
 // period is 0.
 void host_start(int64_t period_ns, bool keep_intervals) {
-  bool self_ok = !g_diag_sampler_gil && g_main_tstate != nullptr;
+  bool peek = kPeekBuilt && !g_diag_sampler_gil && g_main_tstate != nullptr;
   {
     std::lock_guard<std::mutex> lk(g_host_mu);
     g_host_ns.clear();
@@ -370,9 +575,8 @@ void host_start(int64_t period_ns, bool keep_intervals) {
     g_main_last = g_others_last = g_window_start;
     g_main_tid = g_main_tstate != nullptr ? thread_id_of(g_main_tstate) : 0;
   }
-  g_self_due.store(INT64_MAX);  // until the sampler knows the tick rate
-  g_period_ticks.store(0);
-  g_self_ok.store(self_ok);
+  g_peek_on.store(peek);
+  g_main_op.store(false);
   g_others_seen.store(true);
   g_others_launch.store(false);
   {
@@ -384,13 +588,30 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   g_coll_k.clear();
   g_samples.store(0);
   g_sample_waits.store(0);
-  g_self_samples.store(0);
+  g_peek_samples.store(0);
+  g_peek_skips.store(0);
   if (g_sampler_ts == nullptr) g_sampler_ts = new ThreadState();
-  g_sampler_ts->frames.clear();  // its caches name nodes of the last recording's trie
-  g_sampler_ts->epoch = g_epoch.load();
+  if (g_peek_ts == nullptr) g_peek_ts = new ThreadState();
+  for (ThreadState* s : {g_sampler_ts, g_peek_ts}) {
+    s->frames.clear();  // its caches name nodes of the last recording's trie
+    s->last.clear();
+    s->last_nodes.clear();
+    s->epoch = g_epoch.load();
+  }
+  g_asked.clear();
+  {
+    std::lock_guard<std::mutex> lk(g_sampler_mu);
+    g_unknown.clear();
+  }
+  g_main_state = nullptr;
+#if defined(DLPT_INTERNAL_FRAMES)
+  peek_reset();
+#endif
   if (period_ns <= 0 || g_sampler != nullptr) return;
   g_sample_period_ns = period_ns;
   g_sampler_stop = false;
+  g_gil_req = 0;
+  if (peek) g_gil_worker = new std::thread(gil_worker_loop);
   g_sampler = new std::thread(sampler_loop);
 }
 
@@ -402,12 +623,29 @@ void host_stop() {
       g_sampler_stop = true;
     }
     g_sampler_cv.notify_all();
+    g_gil_cv.notify_all();
     g_sampler->join();
     delete g_sampler;
     g_sampler = nullptr;
+    if (g_gil_worker != nullptr) {
+      g_gil_worker->join();
+      delete g_gil_worker;
+      g_gil_worker = nullptr;
+    }
   }
   std::lock_guard<std::mutex> lk(g_host_mu);
   if (g_window_open.exchange(false)) g_window_end = steady_ns();
+}
+
+// How the main thread was read: 0 without the GIL through process_vm_readv, 1 through
+// /proc/self/mem, -1 with the GIL (the public frame API, DLPT_DIAG=samplergil, or neither read
+// worked: a sandbox that forbids both).
+int64_t host_main_read() {
+#if defined(DLPT_INTERNAL_FRAMES)
+  return g_peek_on.load() ? int64_t(g_peek_via) : -1;
+#else
+  return -1;
+#endif
 }
 
 void ignore_this_thread() {

@@ -86,6 +86,11 @@ class Snapshot(NamedTuple):
         return snap._replace(leaves=snap.leaves.reshape(-1, LEAF_COLUMNS))
 
 
+# How the host sampler read the recording's main thread (HostSnapshot.main_read), as the
+# profile's meta names it: without the GIL (host.h, peek.h), through either system call, or with it.
+MAIN_READ = {0: "process_vm_readv", 1: "/proc/self/mem", -1: "gil"}
+
+
 class HostSnapshot(NamedTuple):
     """`host_snapshot()`'s dict with names (collectors/native/host.h): host time and sync time per
     trie node, the sampler's run-length host intervals (steady clock), the GPU's merged busy
@@ -123,9 +128,11 @@ class HostSnapshot(NamedTuple):
     now: int
     cupti_offset: int  # CUPTI's clock minus the steady clock
     realtime_offset: int  # the wall clock minus the steady clock
-    samples: int  # the sampler thread's reads of the program's threads (with the GIL)
-    sample_waits: int  # wakes that found the GIL held past two periods
-    self_samples: int  # the main thread's samples taken by its op callback (host.h: host_self_sample)
+    samples: int  # the sampler's reads of the program's threads with the GIL
+    sample_waits: int  # the sampler's wakes more than half a period after they were due (busy cores)
+    peek_samples: int  # the main thread's samples read without the GIL (host.h, peek.h)
+    sample_skips: int  # the main thread's ticks skipped: its frames changed under every read
+    main_read: int  # how the main thread was read: 0 process_vm_readv, 1 /proc/self/mem, -1 with the GIL
     sample_period_ns: int
 
     @classmethod

@@ -19,6 +19,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.memory import add_memory
 from dlpt.collectors.record.native import (
+    MAIN_READ,
     N_BACKWARD,
     N_OP,
     N_PHASE,
@@ -253,8 +254,9 @@ class TrieConverter:
                 meta["phase_names"] = names
             if len(host.busy_device) and host.window_end:
                 self._idle(host, info["nmap"], out, meta, spans, names)
-            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples + host.self_samples,
-                                    "late": host.sample_waits}
+            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples + host.peek_samples,
+                                    "late": host.sample_waits, "skipped": host.sample_skips,
+                                    "main_thread": MAIN_READ.get(host.main_read, "gil")}
         prof = fold_sampled_library(build_profile(self.builder, self.frames, out, meta))
         prof.sources.update(self.sources(prof))
         return prof
