@@ -134,11 +134,11 @@ def test_idle_lands_on_the_lines_running_during_each_gap(tmp_path):
     idle_by = _by_line(prof, "gpu_idle_time")
     # Each of the 3 gaps (190 us, from a kernel's end to the next one's start): line 11 runs
     # 100 us of it, line 12 60 (its own time, aten::item's and the synchronize inside), main
-    # (line 5) 20 between the steps, and line 10 2.5 until its cudaLaunchKernel (t+2.5); from the
-    # launch to the kernel's start (t+10) the work is queued: 7.5 us, not the host's doing.
+    # (line 5) 20 between the steps, and line 10 7.5 until its cudaLaunchKernel (t+2.5, 5 us)
+    # returns; from then to the kernel's start (t+10) the work is queued: 2.5 us, not the host's.
     queued = f"<unattributed: {idle.IDLE_QUEUED}>"
-    assert idle_by == {11: 300_000, 12: 180_000, 5: 60_000, 10: 7_500, queued: 22_500}
-    assert gi["queued"] == 22_500
+    assert idle_by == {11: 300_000, 12: 180_000, 5: 60_000, 10: 22_500, queued: 7_500}
+    assert gi["queued"] == 7_500
     assert sum(idle_by.values()) == gi["idle"]
     assert gi["sync"] == 3 * 50_000 and gi["unattributed"] == 0
     sync_by = _by_line(prof, "sync_time")

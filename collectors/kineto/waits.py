@@ -103,8 +103,9 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     """Add host_time, sync_time and gpu_idle_time to `out.extra` (nodes made in `builder` as
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
     `meta`. `raw_end` is each span's end before nesting clipped it: a synchronize counts whole.
-    `launch_of_corr` (correlation → launch span) tells when each GPU activity was launched: idle
-    while launched work waited to start is `queued`, not the host's (dlpt/idle.py)."""
+    `launch_of_corr` (correlation → launch span) tells when each GPU activity was launched (the
+    launch call's end): idle while launched work waited to start is `queued`, not the host's
+    (dlpt/idle.py)."""
     kind, start = spans.kind, spans.start
     node_memo = np.full(len(kind), -1, dtype=I64)
 
@@ -135,7 +136,8 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], in
     if launch_of_corr:
         li = np.fromiter((launch_of_corr.get(g[4], -1) if g[4] >= 0 else -1 for g in gpu), dtype=I64, count=len(gpu))
         has = li >= 0
-        launched = np.where(has, start[np.maximum(li, 0)], g_start)
+        # Queued once the launch call returned: the call's own time is the host's.
+        launched = np.where(has, raw_end[np.maximum(li, 0)], g_start)
         ready = split_by_device(g_dev[has], launched[has], g_start[has])
     if not windows:
         if len(kind):  # no GPU work: the window is the host's

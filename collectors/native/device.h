@@ -53,10 +53,10 @@ void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int6
   l.bytes += bytes;
 }
 
-// CUPTI correlation id → (node, when the host launched it), as a ring: ids grow, and a record
-// arrives within a flush of its launch, so the last 2^20 launches in flight are enough (24 MiB,
-// no allocation per launch). The launch time (TSC ticks) tells GPU idle with work queued from
-// idle waiting for the host (host.h, `ready_add`).
+// CUPTI correlation id → (node, when the host's launch call returned), as a ring: ids grow, and a
+// record arrives within a flush of its launch, so the last 2^20 launches in flight are enough
+// (24 MiB, no allocation per launch). The launch time (TSC ticks: the call's entry, then its exit)
+// tells GPU idle with work queued from idle waiting for the host (host.h, `busy_add`).
 constexpr uint64_t kCorrBits = 20, kCorrSize = uint64_t(1) << kCorrBits;
 struct CorrSlot {
   std::atomic<uint64_t> corr{0};
@@ -71,6 +71,12 @@ void corr_put(uint64_t corr, int64_t node, int64_t tick) {
   s.node.store(node, std::memory_order_relaxed);
   s.tick.store(tick, std::memory_order_relaxed);
   s.corr.store(corr, std::memory_order_release);
+}
+
+// The launch call returned: its work is queued from `tick` on.
+void corr_launched(uint64_t corr, int64_t tick) {
+  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  if (s.corr.load(std::memory_order_acquire) == corr) s.tick.store(tick, std::memory_order_relaxed);
 }
 
 int64_t corr_get(uint64_t corr, int64_t* tick = nullptr) {
@@ -146,13 +152,15 @@ bool g_launch_cbid[kMaxRuntimeCbid] = {};
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
   bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_sync_cbid[cbid];
+  bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
   if (cb->callbackSite != CUPTI_API_ENTER) {
     if (sync) sync_exit(tstate());
+    // The work is queued once the launch call returns (its time before that is the host's).
+    else if (launch && g_device_on.load(std::memory_order_relaxed)) corr_launched(cb->correlationId, ticks());
     if (g_detach.load(std::memory_order_relaxed)) detach_here();
     return;
   }
   if (!g_device_on.load(std::memory_order_relaxed)) return;
-  bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
   // Before this thread's state is read: the program's first GPU work starts the phase it belongs to.
   if (launch && g_phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
   ThreadState& ts = tstate();
