@@ -12,8 +12,9 @@ Each measured statement sits on its own line; the line before it notes its numbe
 - short stretches, 20 times: a 4 ms `time.sleep`, 2 ms of pure Python, 300 tiny kernels and a
   synchronize, each line's truth as above, summed over the 20.
 The check prints each line's figure from the profile against the truth and exits 1 when idle or
-sync on a line is off by more than 5% (for the tiny-kernel loop: below by more than 5%, or above by
-more than 2 µs a kernel, the GPU's own gap between back-to-back kernels, or 5% where that is more).
+sync on a line is off by more than 5% (for the tiny-kernel loop: by more than 2 µs a kernel — above,
+the GPU's own gap between back-to-back kernels; below, the launch's latency, which dlpt calls queued —
+or 5% where that is more).
 """
 
 import json
@@ -149,8 +150,11 @@ def check(profile: str, truth_path: str) -> int:
                 # and H200), an amount per kernel, not a share of a truth that moves with the host.
                 kernels = t.get("kernels", 5000 * t["tiny"])
                 per = (got - t[key]) / kernels
-                ok = -0.05 * t[key] <= got - t[key] <= max(0.05 * t[key], 2000 * kernels)
-                extra = f"  ({per / 1e3:+.2f} µs a kernel, limit +2)"
+                # Below: each launch's return to its kernel's start is the GPU's queue (dlpt's
+                # `queued` row, not the line's), up to the same 2 µs a kernel (0.54–0.57 measured).
+                bound = max(0.05 * t[key], 2000 * kernels)
+                ok = -bound <= got - t[key] <= bound
+                extra = f"  ({per / 1e3:+.2f} µs a kernel, limit ±2)"
             bad += not ok
             print(f"{line:>6} {metric:>14} {t[key] / 1e6:10.2f} {got / 1e6:10.2f} {err:+8.1%} {'ok' if ok else 'OFF'}{extra}")
     return 1 if bad else 0

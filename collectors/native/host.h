@@ -153,12 +153,14 @@ void collective_kernel_log(int64_t node, int64_t start, int64_t end) { g_coll_k.
 void sync_enter(ThreadState& ts, int64_t node) {
   ts.sync_node = node;
   ts.sync_t0 = steady_ns();
+  ts.sync_edge.store(ts.sync_t0, std::memory_order_relaxed);
   ts.in_sync.store(1, std::memory_order_relaxed);
 }
 
 void sync_exit(ThreadState& ts) {
   if (ts.in_sync.load(std::memory_order_relaxed) == 0) return;
-  int64_t dur = steady_ns() - ts.sync_t0;
+  int64_t end = steady_ns(), dur = end - ts.sync_t0;
+  ts.sync_edge.store(end, std::memory_order_relaxed);
   ts.in_sync.store(0, std::memory_order_relaxed);
   if (ts.sync_node < 0 || ts.epoch != g_epoch.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lk(g_host_mu);
@@ -221,14 +223,26 @@ int64_t thread_id_of(PyThreadState* t) {
 
 // One sample of thread `tid`: `dt` of host time to `node`, and its run-length interval (a new one
 // where the node or the sync state changed). The caller holds g_host_mu.
-void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt) {
-  g_host_ns[node] += dt;
+// `edge`: when the thread last entered or left a CUDA synchronisation (exact: CUPTI's callbacks;
+// 0 unknown). Where the sample finds its sync state changed since the last one, the time up to the
+// edge is the last sample's line's, in its state, and only the rest this sample's: a sample's
+// time otherwise reaches back before the line it finds began — harmless for host time, whose
+// head and tail even out, but a stretch after a sync would take the sync's last, GPU-busy moments
+// and give its own GPU-idle tail to the next line (measured: a 4 ms sleep after a synchronize
+// lost 12% of its idle).
+void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt, int64_t edge = 0) {
   HostRun& r = g_runs[tid];
+  int64_t from = now - dt;
+  if (r.node >= 0 && r.sync != sync && edge > from && edge < now) {
+    g_host_ns[r.node] += edge - from;
+    from = edge;
+  }
+  g_host_ns[node] += now - from;
   if (r.node == node && r.sync == sync) return;
-  if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, now - dt, r.node, tid, r.sync});
+  if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, from, r.node, tid, r.sync});
   r.node = node;
   r.sync = sync;
-  r.start = now - dt;
+  r.start = from;
 }
 
 // The recording's main thread is read without the GIL (peek.h), at every tick: an unbiased
@@ -275,7 +289,7 @@ void host_op_entered(const ThreadState& ts) {
 // (never the sampler itself). Each sample carries the time since that thread's last read; a
 // thread seen for the first time gets at most one period.
 void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> seen;  // (tid, node, sync)
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;  // (tid, node, sync, sync edge)
   bool any = false, launching = false;
   uint64_t epoch = g_epoch.load();
   for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
@@ -294,7 +308,8 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
       if (owner != nullptr && owner->epoch == epoch && owner->launched.load(std::memory_order_relaxed)) launching = true;
     }
     int64_t sync = owner != nullptr ? owner->in_sync.load(std::memory_order_relaxed) : 0;
-    seen.emplace_back(tid, node, sync);
+    int64_t edge = owner != nullptr ? owner->sync_edge.load(std::memory_order_relaxed) : 0;
+    seen.emplace_back(tid, node, sync, edge);
   }
   if (others) {
     g_others_seen.store(any);
@@ -302,11 +317,11 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
   }
   std::lock_guard<std::mutex> lk(g_host_mu);
   if (!g_window_open.load()) return;
-  for (auto& [tid, node, sync] : seen) {
+  for (auto& [tid, node, sync, edge] : seen) {
     int64_t d = now - (tid == g_main_tid ? g_main_last : g_others_last);
     if (tid != g_main_tid && !g_runs.count(tid)) d = std::min(d, g_sample_period_ns);
     if (d <= 0) continue;  // the main thread's peek (below) sampled it after this read began
-    add_sample(tid, node, sync, now, d);
+    add_sample(tid, node, sync, now, d, edge);
   }
   if (main) g_main_last = std::max(g_main_last, now);
   if (others) g_others_last = now;
@@ -501,11 +516,12 @@ bool peek_main() {
   }
   if (g_main_state == nullptr) g_main_state = state_of(g_main_tstate);
   int64_t sync = g_main_state != nullptr ? g_main_state->in_sync.load(std::memory_order_relaxed) : 0;
+  int64_t edge = g_main_state != nullptr ? g_main_state->sync_edge.load(std::memory_order_relaxed) : 0;
   std::lock_guard<std::mutex> lk(g_host_mu);
   if (!g_window_open.load()) return true;
   int64_t d = now - g_main_last;
   if (d <= 0) return true;  // a read with the GIL sampled it after this tick began
-  if (p.placed > 0) add_sample(g_main_tid, p.node, sync, now, d);
+  if (p.placed > 0) add_sample(g_main_tid, p.node, sync, now, d, edge);
   g_main_last = now;  // no Python frames (all of them not started): its time is no line's, as with the GIL
   g_peek_samples.fetch_add(1, std::memory_order_relaxed);
   return true;

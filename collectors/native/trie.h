@@ -283,6 +283,7 @@ struct ThreadState {
   int64_t sync_node = -1, sync_t0 = 0;
   std::atomic<bool> launched{false};
   uint64_t phase_gen = 0;  // the phase its base and prefix cache were made in (see phases below)
+  std::atomic<int64_t> sync_edge{0};  // when it last entered or left a CUDA synchronisation (steady ns)
 };
 
 // Initial-exec: read with one instruction, not a __tls_get_addr call per op (the extension is
