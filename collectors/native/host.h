@@ -223,19 +223,23 @@ int64_t thread_id_of(PyThreadState* t) {
 
 // One sample of thread `tid`: `dt` of host time to `node`, and its run-length interval (a new one
 // where the node or the sync state changed). The caller holds g_host_mu.
+// Where the thread changed line (or sync state) since its last sample, the change happened
+// somewhere in between: the time up to the midpoint is the last sample's line's, the rest this
+// one's — each sample stands for the stretch around it, which is unbiased whatever the phase of
+// the ticks. (Giving all of it to this sample's line is unbiased only where both ends of a stretch
+// are unknown; after a known end, as below, it would always cost a stretch its tail.)
 // `edge`: when the thread last entered or left a CUDA synchronisation (exact: CUPTI's callbacks;
-// 0 unknown). Where the sample finds its sync state changed since the last one, the time up to the
-// edge is the last sample's line's, in its state, and only the rest this sample's: a sample's
-// time otherwise reaches back before the line it finds began — harmless for host time, whose
-// head and tail even out, but a stretch after a sync would take the sync's last, GPU-busy moments
-// and give its own GPU-idle tail to the next line (measured: a 4 ms sleep after a synchronize
-// lost 12% of its idle).
+// 0 unknown). Where its sync state changed since the last sample, the change is known: the time up
+// to the edge is the last sample's line's, in its state, and the rest this sample's (a stretch
+// after a sync would otherwise take the sync's last, GPU-busy moments for its own GPU-idle ones:
+// measured, a 4 ms sleep after a synchronize lost 11-12% of its idle).
 void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt, int64_t edge = 0) {
   HostRun& r = g_runs[tid];
   int64_t from = now - dt;
-  if (r.node >= 0 && r.sync != sync && edge > from && edge < now) {
-    g_host_ns[r.node] += edge - from;
-    from = edge;
+  if (r.node >= 0 && (r.node != node || r.sync != sync)) {
+    int64_t cut = r.sync != sync && edge > from && edge < now ? edge : from + dt / 2;
+    g_host_ns[r.node] += cut - from;
+    from = cut;
   }
   g_host_ns[node] += now - from;
   if (r.node == node && r.sync == sync) return;
