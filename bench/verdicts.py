@@ -155,7 +155,7 @@ class Verdicts:
                 got = float(m.group(1)) * (1 if m.group(2) == "s" else 1e-3)
         err = (got - steady) / steady if got is not None and steady else None
         truth = f"Data meter {steady:.2f} s over {max(len(data) - 1, 0)} steady iterations"
-        ok = f is not None and err is not None and abs(err) <= 0.15 and "1 worker" in f["figure"]
+        ok = f is not None and err is not None and abs(err) <= 0.15 and "1 worker process" in f["figure"]
         why = f"dlpt {got:.2f} s ({err:+.1%})" if err is not None else "no dataloader-wait"
         self.row("imagenet", s, truth, ok if s else None, why)
 

@@ -305,9 +305,11 @@ def dataloader_wait(e: Evidence) -> Finding | None:
     t = e.traits
     pin = "" if t.pinned or t.loader_pinned else ", pin_memory=True"
     if t.loader_workers is not None and t.loader_workers != 0:
-        n = f"its {t.loader_workers} worker processes" if t.loader_workers > 0 else "its worker processes"
+        n = (f"its {t.loader_workers} worker process{'es' if t.loader_workers > 1 else ''}" if t.loader_workers > 0
+             else "its worker processes")
         figure += f", waiting on {n}"
-        remedy = (f"{n} do not make batches as fast as the GPU uses them: raise num_workers (one per free "
+        remedy = (f"{n} {'do' if t.loader_workers != 1 else 'does'} not make batches as fast as the GPU uses "
+                  "them: raise num_workers (one per free "
                   f"core), keep them alive between epochs (persistent_workers=True{pin}), prefetch more "
                   "(prefetch_factor), and make each sample cheaper to load and decode")
     else:
