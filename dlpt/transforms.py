@@ -42,6 +42,10 @@ def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     cct = profile.cct
     hide = np.asarray(hidden_frames, dtype=bool)[cct.frame]
     hide[0] = False
+    # A frame with no caller to take its time (under the root, or a rank's node) stays: what runs
+    # before a program's first line (an import's tokenizing) is shown where it is.
+    top = np.fromiter((f.kind in ("root", "rank") for f in profile.frames), dtype=bool, count=len(profile.frames))
+    hide &= ~top[cct.frame[np.maximum(cct.parent, 0)]]
     if not hide.any():
         return profile
     bparent, bframe, node_map = merge_map(cct, hide)

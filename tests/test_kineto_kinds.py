@@ -95,7 +95,7 @@ def test_real_traces_do_not_warn(tmp_path):
     # kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, ac2g, fwdbwd, overhead, Trace,
     # cpu_instant_event; and the HTA trace's, from an older torch with profile_memory.
     files = sorted(FIXTURES.glob("*.json.gz"))
-    assert len(files) == 7
+    assert len(files) == 8
     for f in files:
         prof = import_traces(str(f))
         assert "unknown_device_events" not in prof.meta, (f.name, prof.meta["unknown_device_events"])

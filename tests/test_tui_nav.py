@@ -5,6 +5,7 @@ the hot path stops. The real app, driven through textual's Pilot."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -56,7 +57,10 @@ async def test_cpu_profile_opens_on_host_time() -> None:
         await settle(pilot)
         assert app.metric == "host_time"  # the recording sampled it: the time on each line
         assert app.table.total == int(app.base.cct.exclusive[:, COL["host_time"]].sum()) > 0
-        assert "100.0%" in visible_strip_text(app, 1)
+        # The program's <module> holds nearly all of it (a few ms are dlpt's start and end, and
+        # imports' tokenizing before the program's first line: rows of their own).
+        first = visible_strip_text(app, 1)
+        assert "<module>" in first and float(re.search(r"(\d+\.\d)%", first).group(1)) >= 99.0, first
         assert "no GPU activity" in header_text(app) and "metric host_time" in header_text(app)
         # The hot path follows real time: every step is the costliest child.
         await pilot.press("e")

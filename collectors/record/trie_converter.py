@@ -49,6 +49,9 @@ from dlpt.profile import Profile
 from dlpt.sources import read_source
 from dlpt.transforms import fold_into_parents, prune_empty
 
+# The sampler's time in frames that are all dlpt's or runpy's: the program had not begun, or had ended.
+OUTSIDE = "outside the program's code (dlpt starting or ending it)"
+
 
 def leaf_frame(kind: int, name: str) -> Frame:
     """The frame of a device activity of metric kind `kind` (every copy kind is a "memcpy")."""
@@ -80,6 +83,8 @@ class TrieConverter:
         self._py_frames: dict[tuple[int, int], int] = {}
         self._sources: dict[str, str | None] = {}
         self._rehome = Rehome(self.builder, self.frames)
+        self._outside = self.frames.intern(unattributed_frame(OUTSIDE))
+        self._metric_node: dict[int, int] = {}  # trie node → the node its metrics go to, where not node_map's
         self._names: dict[str, str] = {}  # raw phase → its name in this profile (phases.phase_names)
 
     # ----- frames -----
@@ -137,17 +142,25 @@ class TrieConverter:
                 continue
             p = node_map[pl[i]]
             f = self._frame(kl[i], al[i], bl[i])
+            if f is None and (p == 0 or kl[pl[i]] == N_PHASE):
+                # Spliced out with nothing of the program's above it (dlpt's and runpy's frames as
+                # the program starts and ends): its children go on above it as any spliced node's
+                # do, but its own time goes to a row that says so, not to the root (or a phase's
+                # node, which becomes the root), which a view does not show.
+                self._metric_node[i] = builder.child(p, self._outside)
             node_map.append(p if f is None else builder.child(p, f))
         out = ActivityColumns()
         nz = np.flatnonzero(cpu)
         nmap = np.asarray(node_map, dtype=np.int64)
+        if self._metric_node:
+            nmap[np.fromiter(self._metric_node, np.int64)] = np.fromiter(self._metric_node.values(), np.int64)
         out.cpu_node = nmap[nz].tolist()
         out.cpu_self = cpu[nz].tolist()
         rows = snap.leaves
         for r in map(Leaf._make, rows[len(self.leaf_nodes):].tolist()):
             fid = self.frames.intern(leaf_frame(r.kind, self.names[r.name]))
             self.leaf_frames.append(fid)
-            self.leaf_nodes.append(builder.child(node_map[r.node], fid))
+            self.leaf_nodes.append(builder.child(int(nmap[r.node]), fid))
         if len(rows):
             col = Leaf._fields.index
             out.node = self.leaf_nodes[:len(rows)]
@@ -309,4 +322,8 @@ def fold_sampled_library(prof: Profile) -> Profile:
     for c in sampled:
         small &= inc[:, c] < FOLD_SHARE * max(int(inc[0, c]), 1)
     lib = np.fromiter((is_library(f) for f in prof.frames), dtype=bool, count=len(prof.frames))[cct.frame]
+    # A subtree at the top (under the root, or a phase's node, which becomes the root) stays: its
+    # caller would be the root, whose own time no view shows.
+    top = np.fromiter((f.kind in ("root", "phase") for f in prof.frames), dtype=bool, count=len(prof.frames))
+    lib &= ~top[cct.frame[np.maximum(cct.parent, 0)]]
     return prune_empty(fold_into_parents(prof, only & small & lib))  # and the frames no node uses now
