@@ -217,7 +217,12 @@ class PhaseHooks:
         # backward's compile, and cudagraph trees' recording of a graph; nested installs call once.
         start = handler.register_start_callback(lambda *_: mod.compile_phase(1))
         end = handler.register_end_callback(lambda *_: mod.compile_phase(-1))
-        self._undo.append(lambda: (handler.remove_start_callback(start), handler.remove_end_callback(end)))
+
+        def undo() -> None:
+            handler.remove_start_callback(start)
+            handler.remove_end_callback(end)
+
+        self._undo.append(undo)
 
     def _cudagraph_trees(self, m: Any) -> None:
         manager = getattr(m, "CUDAGraphTreeManager", None)
@@ -257,7 +262,11 @@ class PhaseHooks:
                 mod.compile_phase(-1)
 
         graph.capture_begin, graph.capture_end = capture_begin, capture_end
-        self._undo.append(lambda: (setattr(graph, "capture_begin", begin), setattr(graph, "capture_end", end)))
+
+        def undo() -> None:
+            graph.capture_begin, graph.capture_end = begin, end
+
+        self._undo.append(undo)
 
 
 __all__ = ["P_COMPILE", "P_STARTUP", "P_STEADY", "P_WARMUP", "PhaseHooks", "RAW_NAMES", "Rehome", "named_spans",
