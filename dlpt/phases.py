@@ -34,7 +34,7 @@ import numpy as np
 from dlpt.cct import CCT, sum_rows
 from dlpt.frames import Frame
 from dlpt.metrics import COL
-from dlpt.profile import Activities, Profile
+from dlpt.profile import Activities, PhaseTable, Profile
 from dlpt.transforms import merge_map, nearest_marked, prune_empty
 
 STARTUP, COMPILE, STEADY = "start-up", "compile", "steady"
@@ -54,32 +54,6 @@ def phase_frame(name: str) -> Frame:
 def phase_name(choice: str) -> str:
     """`--phase`'s value as a phase name (`startup` → `start-up`)."""
     return STARTUP if choice == "startup" else choice
-
-
-@dataclass(frozen=True)
-class PhaseTable:
-    """Each phase's exclusive metrics per node of one tree, and each activity row's phase.
-
-    `node`, `phase` and `exclusive` are rows: node id, phase index into `names`, that node's
-    exclusive metrics in that phase (a node may have a row per phase; a node of no phase — a row
-    its collector could place in none — has none). `activity_phase` has one entry per activity
-    row (-1: none). `cct` and `activities` are the objects the ids index: a transformation that
-    makes a new tree leaves the table behind (`Profile.phase_table` checks them)."""
-
-    names: tuple[str, ...]
-    node: np.ndarray
-    phase: np.ndarray
-    exclusive: np.ndarray
-    activity_phase: np.ndarray
-    cct: CCT
-    activities: Activities
-
-    def rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes, exclusive rows) of phase `name`; empty when the run had none of it."""
-        if name not in self.names:
-            return np.zeros(0, I64), np.zeros((0, self.exclusive.shape[1]), I64)
-        sel = self.phase == self.names.index(name)
-        return self.node[sel], self.exclusive[sel]
 
 
 def table_of(profile: Profile) -> PhaseTable | None:

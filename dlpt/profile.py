@@ -5,16 +5,13 @@ viewers only read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
 from dlpt.metrics import COL
-
-if TYPE_CHECKING:
-    from dlpt.phases import PhaseTable  # the phases module builds on this one
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
@@ -46,6 +43,33 @@ class Activities:
 
     def __len__(self) -> int:
         return len(self.node)
+
+
+@dataclass(frozen=True)
+class PhaseTable:
+    """Each phase's exclusive metrics per node of one tree, and each activity row's phase.
+
+    `node`, `phase` and `exclusive` are rows: node id, phase index into `names`, that node's
+    exclusive metrics in that phase (a node may have a row per phase; a node of no phase — a row
+    its collector could place in none — has none). `activity_phase` has one entry per activity
+    row (-1: none). `cct` and `activities` are the objects the ids index: a transformation that
+    makes a new tree leaves the table behind (`dlpt.phases.table_of` checks them). Made and read
+    by dlpt/phases.py; kept here beside the profile that holds it."""
+
+    names: tuple[str, ...]
+    node: np.ndarray
+    phase: np.ndarray
+    exclusive: np.ndarray
+    activity_phase: np.ndarray
+    cct: CCT
+    activities: Activities
+
+    def rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, exclusive rows) of phase `name`; empty when the run had none of it."""
+        if name not in self.names:
+            return np.zeros(0, np.int64), np.zeros((0, self.exclusive.shape[1]), np.int64)
+        sel = self.phase == self.names.index(name)
+        return self.node[sel], self.exclusive[sel]
 
 
 @dataclass
