@@ -220,3 +220,22 @@ def test_a_dataloader_bound_trace_gets_the_loader_verdict():
     idle = prof.cct.exclusive[:, COL["gpu_idle_time"]]
     on_src, _ = node_flags(prof)
     assert idle[on_src].sum() >= 0.9 * idle.sum()
+
+
+def test_host_bound_with_and_without(tmp_path):
+    """The host's own Python between launches (200 us a step before a 3 us kernel, no loader):
+    host-bound on that line; the same loop with its kernels long enough to keep the GPU busy is
+    not, and neither is a loop whose idle is the loader's."""
+    f = _rules(_loop(tmp_path, steps=20, host_us=200.0, kernel_us=30.0))["host-bound"]
+    assert f.lines == ["train.py:10"] and f.share > 0.5 and "vectorize" in f.remedy
+    assert "host-bound" not in _rules(_loop(tmp_path, steps=20, host_us=1.0, kernel_us=200.0))
+    got = _rules(_loop(tmp_path, steps=20, loader_us=400.0, host_us=1.0, kernel_us=30.0))
+    assert "dataloader-wait" in got and "host-bound" not in got
+
+
+def test_distinct_verdicts_never_explain_more_than_the_whole(tmp_path):
+    """A loop with a loader's wait, pageable copies, a sync and short kernels: every verdict's share
+    is of one split of the GPU's time, so together they stay within it."""
+    got = fd.findings(_loop(tmp_path, loader_us=100.0, copy="Pageable", sync_us=20.0))
+    assert len(got) >= 2
+    assert sum(f.share for f in got if f.share is not None) <= 1.0
