@@ -164,7 +164,7 @@ async def _keys(make, repeat: int) -> dict[str, list[float]]:
                 out.setdefault(f"{name} [handler + repaint]", []).append(time.perf_counter() - t)
 
         direct("down", lambda: table.action_cursor(1))
-        direct("enter", table.action_toggle)
+        direct("enter", table.action_toggle_row)
         direct("s", app.action_metric)
         direct("e", lambda: (table.move_to(0), app.action_hottest()))
         direct("1/3 (built)", lambda: app.action_view("flat" if app.view == "top-down" else "top-down"))

@@ -407,6 +407,8 @@ def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | N
 def rank_wait(e: Evidence) -> Finding | None:
     """Ranks waiting in collectives for another: named with the straggler's line, from the GPU
     or the host verdict (`explaining_verdict` says which)."""
+    if len(rank_nodes(e.steady)) < 2:
+        return None
     # The straggler's line is the user's: its flat view by line with library frames hidden.
     story = rank_story(hide_library(e.steady))
     if story is None:

@@ -23,8 +23,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS
 from dlpt.output import write_json, write_output
+from dlpt.phases import select_phase
 from dlpt.profile import Profile, default_metric
-from dlpt.scope import Scope
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import safe_text
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
@@ -197,9 +197,8 @@ class DlptApp(App[int]):
                     self.call_from_thread(self._set_busy, f"{what}{pct}")
 
             opened = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
-            # The phase shown, its diagnosis judged on the profile as opened (dlpt.scope); library
-            # frames are the TUI's own switch, compile work stays in the tree.
-            self.base = Scope(include_library=True, include_compile=True, phase=self.phase).apply(opened)
+            # The phase shown (`dlpt view --phase`); the TUI shows no diagnosis, so none is judged.
+            self.base = select_phase(opened, self.phase)
         if not self.metric:
             self.metric = default_metric(self.base)
         return self._variant_job(self.include_library)
