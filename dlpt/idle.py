@@ -374,13 +374,6 @@ def timeline(windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarr
     return {"t": (edges[:-1] - start).tolist(), "gpu_busy": np.round(frac, 4).tolist()}
 
 
-def span_length(ss: np.ndarray, se: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:
-    """Time both in the sorted, disjoint stretches ss..se and in the sorted, disjoint bs..be."""
-    if not len(ss) or not len(bs):
-        return 0
-    return int((_cum_length(bs, be, se) - _cum_length(bs, be, ss)).sum())
-
-
 def clip_to_spans(ss: np.ndarray, se: np.ndarray, hs: np.ndarray,
                   he: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pieces of the intervals hs..he inside the sorted, disjoint stretches ss..se:

@@ -19,8 +19,8 @@ from dlpt.commwait import collective_span, comm_wait_by_phase
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
 from dlpt.metrics import COL, METRICS
-from dlpt.phases import PHASES, STEADY, PhaseTable, phase_profile_rows, table_of
-from dlpt.profile import Activities, Profile, unknown_device_events
+from dlpt.phases import PHASES, STEADY, phase_profile_rows, table_of
+from dlpt.profile import Activities, PhaseTable, Profile, unknown_device_events
 from dlpt.runs import run_conflict
 from dlpt.version import __version__
 
