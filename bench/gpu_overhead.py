@@ -22,6 +22,11 @@
 - `steps`: the same program over 120 iterations, unprofiled vs `dlpt record --steps 10:20`:
   median step before (2–9), during (10–19) and after (40–120) the recorded steps.
 - `timm`: timm `benchmark.py` resnet50 training, AMP, batch 64: unprofiled vs `dlpt record`.
+- `graphs`: CUDA-graph replays in whole processes, in turns: bench/workloads/graph_replay.py
+  (ms per step, its own timers) and gpt-fast `generate.py --compile` (its tokens/s), unprofiled,
+  `dlpt record` (every replay's kernels), `dlpt record --cuda-graph-trace graph`, torch.profiler
+  with CUDA activities only (graph_replay.py's `--torch-profiler`); and, as the truth for the
+  graph mode's kernel times, each kernel's share of GPU time under both dlpt modes.
 
 For every `dlpt record` run: dlpt's own "post-processing X s" (stderr), the time from the
 program's last output line to the process's exit (minus the same for the unprofiled runs, that
@@ -34,6 +39,7 @@ is dlpt's end-of-run cost), whether the profile was saved and reads back.
     python bench/run.py gpu-overhead whole --workloads decode --whole none,dlpt
     python bench/run.py gpu-overhead ab --ab after,after-none        # what --steps A:B leaves behind
     python bench/run.py gpu-overhead nanogpt --cpu      # a small CPU configuration, to try it here
+    python bench/run.py gpu-overhead graphs --procs 3
 
 Writes $OUT/overhead.json (rewritten after each run) and $OUT/overhead.log (every line of every
 run, time-stamped), prints the tables last.
@@ -395,6 +401,80 @@ class Bench:
                                      "dlpt post s"], rows))
         self.save()
 
+    # ---- CUDA-graph replays: whole processes, the programs' own timers
+    GRAPH_CONFIGS = (("unprofiled", []), ("dlpt", ["node"]), ("dlpt graph", ["graph"]), ("torch.profiler cuda", None))
+
+    def part_graphs(self) -> None:
+        a = self.a
+        replay = [os.path.join(rl.WORKLOADS, "graph_replay.py")]
+        decode = [os.path.join(rl.WORKLOADS, "gptfast.py"), "--prompt", "16", "--num_samples", "3",
+                  "--max_new_tokens", "200", "--compile"]
+        res: dict[str, Any] = {"graph_replay": {}, "gptfast": {}, "shares": {}}
+        self.res["graphs"] = res
+        tok = re.compile(r"Average tokens/sec: ([0-9.]+)")
+        for rep in range(a.procs):
+            for label, mode in self.GRAPH_CONFIGS:
+                for prog, key in ((replay, "graph_replay"), (decode, "gptfast")):
+                    tag = f"{key}-{label.replace(' ', '-')}-{rep}"
+                    prof = os.path.join(self.work, tag + ".dlpt")
+                    if mode is None:
+                        if key == "gptfast":
+                            continue
+                        cmd = [rl.PY, *prog, "--torch-profiler"]
+                    elif not mode:
+                        cmd = [rl.PY, *prog]
+                    else:
+                        cmd = [*rl.dlpt_record(prof), "--cuda-graph-trace", mode, *prog]
+                    if not self.budget.allows(self.est.get(f"{key}/{label}", a.first_estimate) * 1.2):
+                        print(f"  skip {tag}: {self.budget.left():.0f} s left", flush=True)
+                        continue
+                    r = rl.run(cmd, cwd=self.work, timeout=min(a.run_timeout, max(self.budget.left() - 5, 10)),
+                               log=self.log)
+                    self.est[f"{key}/{label}"] = r["wall_s"]
+                    if key == "graph_replay":
+                        line = next((ln for ln in r.out_lines if ln.startswith("{")), None)
+                        v = json.loads(line)["ms_per_step"] if line else None
+                    else:
+                        m = next((m for ln in r.out_lines if (m := tok.search(ln))), None)
+                        v = float(m.group(1)) if m else None
+                    res[key].setdefault(label, []).append(v)
+                    print(f"  {tag}: {v} (rc {r['rc']}, {r['wall_s']:.0f} s)", flush=True)
+                    if rep == 0 and key == "graph_replay" and mode:
+                        res["shares"][label] = self.kernel_shares(prof)
+                    self.save()
+        rows = []
+        for key, unit in (("graph_replay", "ms/step"), ("gptfast", "tok/s")):
+            base = rl.med([v for v in res[key].get("unprofiled", []) if v])
+            for label, _ in self.GRAPH_CONFIGS:
+                vs = [v for v in res[key].get(label, []) if v]
+                if not vs:
+                    continue
+                m = rl.med(vs)
+                x = rl.ratio(m, base) if unit == "ms/step" else rl.ratio(base, m)
+                rows.append([key, label, f"{len(vs)}", f"{min(vs):.4g}–{max(vs):.4g}", m, x])
+        node, graph = res["shares"].get("dlpt", {}), res["shares"].get("dlpt graph", {})
+        worst = max((abs(graph.get(k, 0) - node.get(k, 0)), k) for k in set(node) | set(graph)) if node and graph else None
+        res["worst_share_difference"] = worst
+        self.tables.append(rl.table("CUDA-graph replays, whole processes (× unprofiled; graph_replay: ms per step, "
+                                    "gpt-fast --compile: tokens/s)",
+                                    ["program", "config", "processes", "spread", "median", "×"], rows)
+                           + (f"\nlargest difference of a kernel's share of GPU time, graph vs node mode: "
+                              f"{worst[0]:.2f} points ({worst[1][:60]})" if worst else ""))
+        self.save()
+
+    def kernel_shares(self, prof: str) -> dict[str, float]:
+        """Each kernel's share of GPU time (percent), from `dlpt report --view flat --by kernel`."""
+        if not os.path.exists(prof):
+            return {}
+        r = rl.run([rl.PY, "-m", "dlpt", "report", prof, "--view", "flat", "--by", "kernel", "--top", "1000",
+                    "--format", "json"], cwd=self.work, timeout=120)
+        try:
+            rows = json.loads("\n".join(r.out_lines))["rows"]
+        except (json.JSONDecodeError, KeyError):
+            return {}
+        total = sum(x["self"] for x in rows) or 1
+        return {x["name"]: 100.0 * x["self"] / total for x in rows}
+
     @staticmethod
     def timm_result(rf: str, r: rl.Result) -> dict[str, Any]:
         """train_step_time / train_samples_per_sec from --results-file, else from the JSON
@@ -430,10 +510,10 @@ def gpu_overhead(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench/run.py gpu-overhead", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="?", default="ab,steps,timm",
-                    help="comma-separated: ab,variants,whole,nanogpt,steps,timm")
+                    help="comma-separated: ab,variants,whole,nanogpt,steps,timm,graphs")
     ap.add_argument("--ab", default="dlpt,proton,torch.profiler", help="ab part: configurations, comma-separated "
                     "(';' where one sets several variables: 'dlpt;cupti=dlpt:DLPT_HOST=0,DLPT_SAMPLE_US=0')")
-    ap.add_argument("--procs", type=int, default=3, help="ab part: processes per configuration")
+    ap.add_argument("--procs", type=int, default=3, help="ab and graphs parts: processes per configuration")
     ap.add_argument("--rounds", type=int, default=12, help="ab part: blocks unprofiled and profiled per process")
     ap.add_argument("--block", type=int, default=10, help="ab and variants parts: steps per block")
     ap.add_argument("--workloads", default="nanogpt", help="ab and variants parts: comma-separated, inproc.py's "

@@ -357,3 +357,28 @@ def test_checkpoint_recompute_and_double_backward_under_forward_lines(tmp_path: 
             second_order += int(prof.cct.inclusive[i, CPU])
     assert all(v > 0 for v in under.values()), under
     assert second_order > 0
+
+
+def test_cuda_graph_trace_reaches_the_collector_and_the_header(tmp_path: Path) -> None:
+    """`--cuda-graph-trace graph` is read by the collector from the environment when CUPTI starts
+    (device.h); the program sees the same environment. A profile recorded so says in its header
+    how its kernel times inside replays were made; one recorded per kernel says nothing."""
+    from dataclasses import replace
+
+    from dlpt.viewers.report import header
+
+    r = record(tmp_path, "import os, torch\nx = torch.ones(64, 64) @ torch.ones(64, 64)\n"
+               "print(os.environ.get('DLPT_GRAPH_TRACE'))\n",
+               extra=("--cuda-graph-trace", "graph"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "graph"
+    bad = record(tmp_path, "print(1)\n", extra=("--cuda-graph-trace", "kernels", "--force"))
+    assert bad.returncode == 2 and bad.stderr.startswith("dlpt: ") and bad.stderr.count("\n") == 1, bad.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    assert not any(ln.startswith("CUDA graphs:") for ln in header(prof, "cpu_time"))
+    graphed = replace(prof, meta={**prof.meta, "collector": {**prof.meta.get("collector", {}), "graph_trace": "graph",
+                                                             "graph_replays_per_graph": 1234,
+                                                             "graph_replays_per_kernel": 2}})
+    line = [ln for ln in header(graphed, "cpu_time") if ln.startswith("CUDA graphs:")]
+    assert line == ["CUDA graphs: 1,234 replays traced as one span each, split over their kernels as each "
+                    "graph's first replay ran them (2 replays traced per kernel; --cuda-graph-trace node traces all)"]

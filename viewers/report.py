@@ -77,7 +77,7 @@ def header(profile: Profile, metric: str) -> list[str]:
         for reason, v in s["unattributed"].items():
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
-    lines += rank_lines(profile, metric) + compile_lines(profile)
+    lines += rank_lines(profile, metric) + compile_lines(profile) + graph_lines(profile)
     if profile.collector == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
     return lines
@@ -192,6 +192,17 @@ def compile_lines(profile: Profile) -> list[str]:
     how = ("ranked with the rest (--include-compile)" if profile.meta.get("torch_compile_included")
            else "not in the flat view; --include-compile ranks it")
     return [f"torch.compile: {' · '.join(parts)} ({how})"]
+
+
+def graph_lines(profile: Profile) -> list[str]:
+    """A recording that traced CUDA-graph replays per graph (`--cuda-graph-trace graph`,
+    collectors/native/device.h) says how its kernel times inside replays were made."""
+    c = profile.meta.get("collector")
+    if not isinstance(c, dict) or c.get("graph_trace") != "graph":
+        return []
+    spans, traced = int(c.get("graph_replays_per_graph") or 0), int(c.get("graph_replays_per_kernel") or 0)
+    return [f"CUDA graphs: {spans:,} replays traced as one span each, split over their kernels as each graph's "
+            f"first replay ran them ({traced:,} replays traced per kernel; --cuda-graph-trace node traces all)"]
 
 
 def rank_lines(profile: Profile, metric: str) -> list[str]:

@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,7 +89,8 @@ at::CallbackHandle g_handle = 0;
 bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
      g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false, g_diag_no_launch_claims = false,
      g_diag_no_waits = false,  // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
-     g_diag_sampler_gil = false;  // samplergil: the sampler reads the main thread with the GIL too (host.h)
+     g_diag_sampler_gil = false,  // samplergil: the sampler reads the main thread with the GIL too (host.h)
+     g_diag_no_kernels = false;   // nokernels: CUPTI without kernel records (copies and memsets only)
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -243,6 +245,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_diag_no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
   g_diag_no_waits = diag.find("nowaits") != std::string::npos;
   g_diag_sampler_gil = diag.find("samplergil") != std::string::npos;
+  g_diag_no_kernels = diag.find("nokernels") != std::string::npos;
   if (g_nodes == nullptr) {
     g_nodes = new Chunked<Node>();
     g_cpu = new Chunked<std::atomic<int64_t>>();
@@ -267,6 +270,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
     g_leaf_idx.clear();
     g_kernel_name_cache.clear();
     g_no_launch_node = -1;
+#if defined(DLPT_CUPTI)
+    graphs_clear_locked();
+#endif
   }
   seq_clear();
   g_records = 0;
@@ -360,10 +366,17 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lk(g_leaf_mu);
     leaves.reserve(g_leaves.size() * 10);
-    for (const Leaf& l : g_leaves) {
+    auto put = [&leaves](const Leaf& l) {
       int64_t row[10] = {l.node, l.kind, l.name, l.count, l.total, l.minv, l.maxv, l.bytes, l.device, l.stream};
       leaves.insert(leaves.end(), row, row + 10);
-    }
+    };
+#if defined(DLPT_CUPTI)
+    // Graph replays traced per graph, spread over their kernels (device.h), merged into the
+    // traced leaves of the same nodes, so a snapshot never holds one leaf twice.
+    for (const Leaf& l : graph_leaves_locked()) put(l);
+#else
+    for (const Leaf& l : g_leaves) put(l);
+#endif
   }
   py::list pcodes, pnames;
   for (PyObject* c : codes) pcodes.append(py::reinterpret_borrow<py::object>(c));
@@ -521,6 +534,15 @@ py::dict stats() {
   py::dict d;
   d["nodes"] = g_n_nodes.load();
   d["device_records"] = g_records.load();
+#if defined(DLPT_CUPTI)
+  {
+    std::lock_guard<std::mutex> lk(g_leaf_mu);
+    d["graph_trace"] = g_graph_level ? "graph" : "node";  // DLPT_GRAPH_TRACE (device.h)
+    d["graph_replays_per_graph"] = g_graph_records;
+    d["graph_replays_per_kernel"] = int64_t(g_sampled.size());
+    d["graph_toggle_errors"] = g_graph_toggle_errors.load();
+  }
+#endif
   d["unlinked_records"] = g_unlinked.load();
   d["dropped_nodes"] = g_dropped_nodes.load();
   int64_t ops = 0;

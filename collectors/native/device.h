@@ -149,11 +149,94 @@ constexpr int kMaxRuntimeCbid = 1 << 12;
 bool g_sync_cbid[kMaxRuntimeCbid] = {};
 bool g_launch_cbid[kMaxRuntimeCbid] = {};
 
+// ----- CUDA-graph replays: per kernel (CUPTI's default), or per graph (DLPT_GRAPH_TRACE=graph) -----
+// CUPTI's per-kernel records cost a graph launch 1-2 us of host time per kernel node: a
+// 132-kernel replay's launch call takes 0.14-0.28 ms against 0.004-0.01 ms unprofiled
+// (bench/workloads/graph_replay.py on an H100, docs/BENCHMARKS.md), which a graphed decode loop
+// pays on every token. Graph-level records (CUPTI_ACTIVITY_KIND_GRAPH_TRACE: one per replay, its
+// span on the GPU) cost about 0.04 ms; Nsight Systems traces graphs per graph by default too.
+// With DLPT_GRAPH_TRACE=graph, graph-level tracing is on from the start and each graph's first
+// replay is traced per kernel (graph-level tracing switched off for that launch call alone);
+// its kernels (the graph's mix) spread every later replay's span over the same kernels at the
+// same leaves (graph_leaves_locked). Measured on CUPTI 13.0: switching graph-level tracing on
+// after a graph was replayed per kernel crashes the next replay, so it is on before any replay;
+// and a replay traced per kernel after replays traced per graph gets stale timestamps on one
+// node (a span as long as the time since the graph's previous such replay), so only the first
+// replay, which is exact, is traced per kernel.
+bool g_graph_level = false;  // DLPT_GRAPH_TRACE=graph
+std::mutex g_graph_mu;
+std::unordered_map<const void*, uint64_t> g_graph_launches;  // graph exec → its replays so far
+thread_local bool t_in_graph_launch = false;  // in the runtime's call, whose driver call is the same launch
+thread_local bool t_graph_traced = false;     // this thread switched graph-level tracing off for its launch
+std::atomic<int64_t> g_graph_toggle_errors{0};
+
+bool graph_launch_cbid(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+    return cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+           cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+         (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+}
+
+std::atomic<bool> g_graph_restore{false};  // graph-level tracing is due back on (graph_launch_exit)
+
+bool graph_trace(bool on) {
+#if defined(DLPT_GRAPH_T)
+  CUptiResult r = on ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
+                     : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  if (r != CUPTI_SUCCESS) g_graph_toggle_errors.fetch_add(1, std::memory_order_relaxed);
+  return r == CUPTI_SUCCESS;
+#else
+  (void)on;
+  return false;
+#endif
+}
+
+// A graph launch's entry (the outermost call: cudaGraphLaunch, or cuGraphLaunch called
+// directly). Both take the graph exec first: (exec, stream).
+void graph_launch_exit();
+
+void graph_launch_enter(const CUpti_CallbackData* cb) {
+  if (g_graph_restore.load(std::memory_order_relaxed)) graph_launch_exit();
+  if (cb->functionParams == nullptr) return;
+  const void* exec = *static_cast<const void* const*>(cb->functionParams);
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lk(g_graph_mu);
+    n = g_graph_launches[exec]++;
+  }
+  if (n > 0) return;
+  // Switching off or flushing holds the mutex: this replay is then traced per graph.
+  std::unique_lock<std::mutex> lk(g_cupti_mu, std::try_to_lock);
+  if (lk.owns_lock() && g_device_on.load() && graph_trace(false)) t_graph_traced = true;
+}
+
+// After the launch: graph-level tracing back on. Never waits for the mutex (switching off may
+// hold it while CUPTI flushes): when it is taken, the next graph launch tries again.
+void graph_launch_exit() {
+  if (t_graph_traced) {
+    t_graph_traced = false;
+    g_graph_restore.store(true);
+  }
+  if (!g_graph_restore.load()) return;
+  std::unique_lock<std::mutex> lk(g_cupti_mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  if (g_device_on.load()) graph_trace(true);
+  g_graph_restore.store(false);
+}
+
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
   bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_sync_cbid[cbid];
   bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
+  // A graph replay's outermost launch call (the runtime's, or the driver's called directly).
+  bool graph = launch && g_graph_level && graph_launch_cbid(domain, cbid) &&
+               !(domain == CUPTI_CB_DOMAIN_DRIVER_API && t_in_graph_launch);
   if (cb->callbackSite != CUPTI_API_ENTER) {
+    if (graph) {
+      t_in_graph_launch = false;
+      graph_launch_exit();
+    }
     if (sync) sync_exit(tstate());
     // The work is queued once the launch call returns (its time before that is the host's).
     else if (launch && g_device_on.load(std::memory_order_relaxed)) corr_launched(cb->correlationId, ticks());
@@ -161,6 +244,10 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     return;
   }
   if (!g_device_on.load(std::memory_order_relaxed)) return;
+  if (graph) {
+    t_in_graph_launch = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    graph_launch_enter(cb);
+  }
   // Before this thread's state is read: the program's first GPU work starts the phase it belongs to.
   if (launch && g_phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
   ThreadState& ts = tstate();
@@ -199,14 +286,131 @@ int64_t name_idx(const std::string& s) {
   return intern_name_locked(s);
 }
 
+void mix_add(uint32_t graph, uint32_t corr, int64_t name, int32_t kind, int64_t start, int64_t end, int64_t bytes);
+
 template <typename Copy>
 void add_copy(const Copy* m) {
   auto cn = copy_name(m->copyKind, m->srcKind, m->dstKind);
   int64_t launched;
   int64_t node = record_node(m->correlationId, &launched);
-  add_leaf_locked(node, cn.second, name_idx(cn.first), int64_t(m->end - m->start), int64_t(m->bytes), m->deviceId,
-                  m->streamId);
-  busy_add(m->deviceId, int64_t(m->start), int64_t(m->end), launched);
+  int64_t name = name_idx(cn.first), start = int64_t(m->start), end = int64_t(m->end);
+  add_leaf_locked(node, cn.second, name, end - start, int64_t(m->bytes), m->deviceId, m->streamId);
+  mix_add(m->graphId, m->correlationId, name, cn.second, start, end, int64_t(m->bytes));
+  busy_add(m->deviceId, start, end, launched);
+}
+
+// What the replays traced per kernel measured, per graph, and the replays traced per graph, per
+// (node, graph); all under g_leaf_mu, filled by buffer_completed.
+struct MixPart {
+  int64_t count = 0, total = 0, bytes = 0, minv = INT64_MAX, maxv = 0;
+};
+struct GraphMix {
+  std::unordered_map<int64_t, MixPart> parts;  // name index * 8 + activity kind →
+  int64_t total = 0;                          // the parts' time
+};
+struct TracedReplay {
+  uint32_t graph = 0;
+  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end
+};
+struct GraphReplays {
+  int64_t count = 0, total = 0, minv = INT64_MAX, maxv = 0, device = 0, stream = 0;
+};
+std::unordered_map<uint32_t, GraphMix> g_mix;           // graph id →
+std::unordered_map<uint32_t, TracedReplay> g_sampled;   // correlation id of a replay traced per kernel →
+std::map<std::pair<int64_t, uint32_t>, GraphReplays> g_graph_replays;  // (node, graph id) →
+int64_t g_graph_records = 0;
+int64_t g_untraced_name = -1;  // "CUDA graph replay (no replay traced per kernel)"
+
+void graphs_clear_locked() {
+  g_mix.clear();
+  g_sampled.clear();
+  g_graph_replays.clear();
+  g_graph_records = 0;
+  g_untraced_name = -1;
+  // The replay counts stay: a graph replayed in an earlier `--steps` window is not traced per
+  // kernel again (such a replay's timestamps are not exact, see above); its replays then keep one
+  // leaf each, at their line.
+}
+
+// A kernel, copy or memset that ran inside a replay traced per kernel: part of its graph's mix.
+void mix_add(uint32_t graph, uint32_t corr, int64_t name, int32_t kind, int64_t start, int64_t end, int64_t bytes) {
+  if (graph == 0 || !g_graph_level) return;
+  MixPart& p = g_mix[graph].parts[name * 8 + kind];
+  int64_t dur = end - start;
+  p.count += 1;
+  p.total += dur;
+  p.bytes += bytes;
+  p.minv = std::min(p.minv, dur);
+  p.maxv = std::max(p.maxv, dur);
+  g_mix[graph].total += dur;
+  TracedReplay& r = g_sampled[corr];
+  r.graph = graph;
+  r.start = std::min(r.start, start);
+  r.end = std::max(r.end, end);
+}
+
+// The leaf at (node, name, kind), made empty if there is none yet. The converter reads leaves as
+// an append-only list (a row keeps its place from snapshot to snapshot), so the leaves that
+// replays traced per graph add to are made here, once, in g_leaves.
+size_t leaf_at_locked(int64_t node, int64_t name, int32_t kind, int64_t device, int64_t stream) {
+  LeafKey k{node, name, kind};
+  auto it = g_leaf_idx.find(k);
+  if (it != g_leaf_idx.end()) return size_t(it->second);
+  g_leaf_idx.emplace(k, int64_t(g_leaves.size()));
+  g_leaves.push_back(Leaf{node, name, 0, 0, INT64_MAX, 0, 0, device, stream, kind});
+  return g_leaves.size() - 1;
+}
+
+// The leaves with every replay traced per graph spread over its graph's kernels: each part gets
+// the replays' span times the share of the traced replays' spans its kernels took (so the gaps
+// between kernels inside a replay stay out of kernel time), and the replays' count times its
+// kernels per traced replay. A graph with no replay traced per kernel keeps one leaf.
+std::vector<Leaf> graph_leaves_locked() {
+  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> traced;  // graph → (replays, span)
+  for (const auto& kv : g_sampled) {
+    auto& t = traced[kv.second.graph];
+    t.first += 1;
+    t.second += kv.second.end - kv.second.start;
+  }
+  struct Add {
+    size_t at;
+    int64_t count, total, minv, maxv, bytes;
+  };
+  std::vector<Add> adds;
+  for (const auto& kv : g_graph_replays) {
+    int64_t node = kv.first.first;
+    const GraphReplays& g = kv.second;
+    auto mix = g_mix.find(kv.first.second);
+    auto tr = traced.find(kv.first.second);
+    if (mix == g_mix.end() || tr == traced.end() || mix->second.total <= 0 || tr->second.second <= 0) {
+      if (g_untraced_name >= 0)
+        adds.push_back(Add{leaf_at_locked(node, g_untraced_name, A_KERNEL, g.device, g.stream), g.count, g.total, g.minv,
+                           g.maxv, 0});
+      continue;
+    }
+    double busy = std::min(1.0, double(mix->second.total) / double(tr->second.second));
+    double replays = double(tr->second.first);
+    for (const auto& part : mix->second.parts) {
+      const MixPart& p = part.second;
+      double share = double(p.total) / double(mix->second.total);
+      adds.push_back(Add{leaf_at_locked(node, part.first / 8, int32_t(part.first % 8), g.device, g.stream),
+                         int64_t(double(g.count) * double(p.count) / replays + 0.5),
+                         int64_t(double(g.total) * busy * share + 0.5), p.minv, p.maxv,
+                         int64_t(double(g.count) * double(p.bytes) / replays + 0.5)});
+    }
+  }
+  std::vector<Leaf> out = g_leaves;
+  for (const Add& a : adds) {
+    Leaf& l = out[a.at];
+    l.count += a.count;
+    l.total += a.total;
+    l.minv = std::min(l.minv, a.minv);
+    l.maxv = std::max(l.maxv, a.maxv);
+    l.bytes += a.bytes;
+  }
+  for (Leaf& l : out)
+    if (l.minv == INT64_MAX) l.minv = 0;
+  return out;
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
@@ -241,8 +445,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         }
         int64_t launched;
         int64_t node = record_node(k->correlationId, &launched);
-        add_leaf_locked(node, A_KERNEL, name, int64_t(k->end - k->start), 0, k->deviceId, k->streamId);
-        busy_add(k->deviceId, int64_t(k->start), int64_t(k->end), launched);
+        int64_t start = int64_t(k->start), end = int64_t(k->end);
+        add_leaf_locked(node, A_KERNEL, name, end - start, 0, k->deviceId, k->streamId);
+        mix_add(k->graphId, k->correlationId, name, A_KERNEL, start, end, 0);
+        busy_add(k->deviceId, start, end, launched);
         // A collective's kernel starts on its GPU when this rank arrives there and ends once every
         // rank has: its start is the rank's arrival (dlpt/commwait.py), kept per kernel.
         if (coll) collective_kernel_log(node, int64_t(k->start), int64_t(k->end));
@@ -259,11 +465,31 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         std::string nm = std::string("Memset (") + mem_kind(m->memoryKind) + ")";
         int64_t launched;
         int64_t node = record_node(m->correlationId, &launched);
-        add_leaf_locked(node, A_MEMSET, name_idx(nm), int64_t(m->end - m->start), int64_t(m->bytes), m->deviceId,
-                        m->streamId);
-        busy_add(m->deviceId, int64_t(m->start), int64_t(m->end), launched);
+        int64_t name = name_idx(nm), start = int64_t(m->start), end = int64_t(m->end);
+        add_leaf_locked(node, A_MEMSET, name, end - start, int64_t(m->bytes), m->deviceId, m->streamId);
+        mix_add(m->graphId, m->correlationId, name, A_MEMSET, start, end, int64_t(m->bytes));
+        busy_add(m->deviceId, start, end, launched);
         break;
       }
+#if defined(DLPT_GRAPH_T)
+      case CUPTI_ACTIVITY_KIND_GRAPH_TRACE: {
+        auto* g = reinterpret_cast<DLPT_GRAPH_T*>(rec);
+        if (g->start == 0 && g->end == 0) break;  // no timestamps collected
+        int64_t launched;
+        int64_t node = record_node(g->correlationId, &launched);
+        int64_t dur = int64_t(g->end - g->start);
+        GraphReplays& r = g_graph_replays[{node, g->graphId}];
+        r.count += 1;
+        r.total += dur;
+        r.minv = std::min(r.minv, dur);
+        r.maxv = std::max(r.maxv, dur);
+        r.device = g->deviceId;
+        r.stream = g->streamId;
+        ++g_graph_records;
+        busy_add(g->deviceId, int64_t(g->start), int64_t(g->end), launched);
+        break;
+      }
+#endif
       default:
         break;
     }
@@ -351,7 +577,19 @@ std::string device_on() {
   if (g_diag_no_activities) return "";
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);
+#if defined(DLPT_GRAPH_T)
+  const char* mode = std::getenv("DLPT_GRAPH_TRACE");
+  g_graph_level = mode != nullptr && std::string(mode) == "graph";
+  if (g_graph_level) {
+    {
+      std::lock_guard<std::mutex> lk(g_leaf_mu);
+      g_untraced_name = name_idx("CUDA graph replay (no replay of it traced per kernel)");
+    }
+    if (!graph_trace(true)) g_graph_level = false;  // then per kernel, as CUPTI does by default
+  }
+#endif
   for (auto k : kKinds) {
+    if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_diag_no_kernels) continue;
     r = cuptiActivityEnable(k);
     if (r != CUPTI_SUCCESS && k != CUPTI_ACTIVITY_KIND_MEMCPY2) return cupti_err("cuptiActivityEnable", r);
   }
@@ -367,6 +605,8 @@ void device_off() {
   if (!g_device_on.exchange(false)) return;
   device_flush(true);
   for (auto k : kKinds) cuptiActivityDisable(k);
+  if (g_graph_level) graph_trace(false);
+  g_graph_restore.store(false);
   device_flush(true);
   if (g_sub != nullptr) g_detach.store(true);  // at the next CUDA call's exit (see on_api)
 }

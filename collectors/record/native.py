@@ -237,6 +237,10 @@ def _record_types(include: str) -> list[str]:
         if not versions:
             raise DlptError(f"CUPTI headers in {include} declare no {base} record")
         out.append(f"-D{macro}={base}{max(versions)}")
+    # Graph-level records (CUDA 11.7+): sampled graph replays (device.h) need them.
+    versions = [int(v or 0) for v in re.findall(r"}\s*CUpti_ActivityGraphTrace(\d*)\s*;", text)]
+    if versions:
+        out.append(f"-DDLPT_GRAPH_T=CUpti_ActivityGraphTrace{max(versions) or ''}")
     return out
 
 

@@ -26,6 +26,8 @@ examples:
   dlpt record -m mypkg.train --lr 0.1
   dlpt record -- python -u -X dev train.py     python's own flags apply to the program
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
+  dlpt record --cuda-graph-trace graph generate.py --compile
+                                              a CUDA-graphed decode loop at a fraction of the cost
   torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
                                               run.rank0.dlpt, run.rank1.dlpt
   torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
@@ -54,6 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("--html", action="store_true",
                    help="also write the profile's HTML view beside it (OUT with .html for .dlpt)")
+    p.add_argument("--cuda-graph-trace", choices=("node", "graph"), default=None,
+                   help="how CUDA-graph replays are traced: node (default) records every kernel of every "
+                   "replay; graph records each replay as one span and splits it over its kernels as the "
+                   "graph's first replay ran them, for a fraction of the cost (experimental; Nsight "
+                   "Systems' --cuda-graph-trace alike)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, and no notices about what the recorder chose")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -123,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.collectors.record.signals import Abandon, die_by_signal
 
     mode, target, prog_args = parse_program(args.module, args.program)
+    if args.cuda_graph_trace:
+        # Read by the collector when CUPTI starts (collectors/native/device.h); the environment
+        # also carries it into a re-executed interpreter (python's own flags) and torchrun's ranks.
+        os.environ["DLPT_GRAPH_TRACE"] = args.cuda_graph_trace
     flags = [] if args.module else python_flags(args.program)[0]
     steps = parse_steps(args.steps)
     if not args.snapshot_seconds >= 0:
