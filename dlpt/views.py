@@ -12,6 +12,7 @@ import numpy as np
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
+from dlpt.metrics import COL, TIME_METRICS
 from dlpt.transforms import propagate_down
 
 if TYPE_CHECKING:
@@ -137,9 +138,55 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
         gs = node_group[keyed][order]
         last = np.r_[np.flatnonzero(np.diff(gs)), len(gs) - 1]
         best[gs[last]] = keyed[order][last]
-    labels.append(NO_GROUP[by])
-    reps.append(Frame("unattributed", NO_GROUP[by]))
+    label = no_group_label(cct, profile.frames, owner, by)
+    labels.append(label)
+    reps.append(Frame("unattributed", label))
     return FlatView(by, labels, reps, exc, inc, best, occ, owner)
+
+
+UNATTRIBUTED_PREFIX = "<unattributed: "
+# The work on the tree's root itself: what ran outside every frame (dlpt's own start and end).
+ROOT_REASON = "outside the program's code"
+
+
+def no_group_label(cct: CCT, frames: list[Frame], owner: np.ndarray, by: str) -> str:
+    """The label of a flat view's group of what has no key (`<no source line>`), saying what it
+    holds: its named reasons (an `<unattributed: …>` frame at the top of the tree — GPU idle at
+    start-up, work queued, memory allocated before the recording, a kernel with no launch
+    record…; the root's own work; ops outside any Python frame), largest time first, so that a
+    user reading `<no source line>` at 20% knows what it is. Groupings by kernel and op keep
+    the bare label: there it holds all the work of the other kinds."""
+    base = NO_GROUP[by]
+    if by not in ("line", "function", "file") or len(cct) == 0:
+        return base
+    none = np.flatnonzero(owner < 0)
+    if len(none) == 0:
+        return base
+    # The top-level ancestor of each node: in preorder, the last depth-1 node at or before it.
+    idx = np.arange(len(cct))
+    top = np.maximum.accumulate(np.where(cct.depth == 1, idx, 0))
+    times = [c for m, c in COL.items() if m in TIME_METRICS and m != "gpu_time"]
+    weight = cct.exclusive[none][:, times].sum(axis=1) if times else np.zeros(len(none))
+    sums: dict[str, float] = {}
+    for node, t, w in zip(none.tolist(), top[none].tolist(), weight.tolist()):
+        if w <= 0:
+            continue
+        fr = frames[int(cct.frame[t])] if node > 0 else None
+        if fr is None:
+            reason = ROOT_REASON
+        elif fr.kind == "unattributed" and fr.name.startswith(UNATTRIBUTED_PREFIX):
+            reason = fr.name[len(UNATTRIBUTED_PREFIX):].rstrip(">")
+        elif fr.kind == "op":
+            reason = "ops outside any Python frame"
+        else:
+            reason = fr.name
+        sums[reason] = sums.get(reason, 0.0) + w
+    if not sums:
+        return base
+    ranked = sorted(sums, key=lambda r: -sums[r])
+    shown = "; ".join(r if len(r) <= 60 else r[:59] + "…" for r in ranked[:3])
+    more = f"; {len(ranked) - 3} more" if len(ranked) > 3 else ""
+    return f"{base[:-1]}: {shown}{more}>"
 
 
 def bottom_up(profile: Profile) -> Profile:
