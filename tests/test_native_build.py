@@ -6,7 +6,7 @@ kernels for comm wait — would meet the compiler only on a GPU machine. Where C
 installed (nvcc's toolkit, as here), it is compiled with the flags the real build adds for CUPTI,
 syntax only.
 
-Builds are kept per environment: `native.build`, the function that builds the collector, builds
+Builds are kept per environment: `builds.build`, the function that builds the collector, builds
 a tiny module here (seconds, where the collector takes a minute) in two environments that have
 the same torch and Python, as two virtual environments do — the second imports torch through a
 link to the first's, so torch's builder sees another torch folder, as it would in another venv —
@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from dlpt.collectors.record import native  # noqa: E402
+from dlpt.collectors.record import builds  # noqa: E402
 from dlpt.collectors.record.native import SOURCE, _record_types  # noqa: E402
 
 
@@ -74,8 +74,8 @@ PyMODINIT_FUNC TINY_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
 
 BUILD = """\
 import json, sys
-from dlpt.collectors.record import native
-b = native.build(sys.argv[1:], [], [], prefix="dlpt_buildtest", what="a test module", takes="seconds")
+from dlpt.collectors.record import builds
+b = builds.build(sys.argv[1:], [], [], prefix="dlpt_buildtest", what="a test module", takes="seconds")
 print(json.dumps({"folder": b.folder, "built": b.built, "reason": b.reason, "version": b.module.version}))
 """
 
@@ -87,7 +87,7 @@ def tiny_sources(d: Path, version: int = 1) -> list[str]:
 
 
 def build_in(env_path: str | None, sources: list[str], ext: Path) -> tuple[dict, list[str]]:
-    """`native.build` in a process of its own, with torch imported from `env_path` (None: the
+    """`builds.build` in a process of its own, with torch imported from `env_path` (None: the
     usual one); its result and its `dlpt:` lines."""
     path = [p for p in (env_path, os.environ.get("PYTHONPATH")) if p]
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "PYTHONPATH": os.pathsep.join(path)}
@@ -129,7 +129,7 @@ def test_two_environments_keep_their_builds(tmp_path: Path) -> None:
     again, said_again = build_in(None, sources, ext)
     assert again == {**a, "built": False, "reason": ""} and said_again == [], said_again
     assert files_and_times(a["folder"]) == a_files  # not even relinked
-    assert len(os.listdir(ext / native.BUILDS_DIR)) == 2  # B's build stays for B
+    assert len(os.listdir(ext / builds.BUILDS_DIR)) == 2  # B's build stays for B
 
 
 def test_every_build_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
@@ -138,10 +138,10 @@ def test_every_build_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c
     ext = tmp_path / "ext"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
     sources = tiny_sources(tmp_path, 1)
-    v1 = native.build(sources, [], [], prefix="dlpt_buildtest", what="a test module")
+    v1 = builds.build(sources, [], [], prefix="dlpt_buildtest", what="a test module")
     assert v1.built and v1.reason == "first use" and v1.module.version == 1
     sources = tiny_sources(tmp_path, 2)
-    v2 = native.build(sources, [], [], prefix="dlpt_buildtest", what="a test module")
+    v2 = builds.build(sources, [], [], prefix="dlpt_buildtest", what="a test module")
     assert v2.built and v2.reason == "its sources changed" and v2.module.version == 2
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("dlpt:")]
     assert [ln.split(": ", 2)[2].split(" (10–60 s, once")[0] for ln in said] == ["first use", "its sources changed"], said
@@ -163,7 +163,7 @@ def fake_build(root: Path, name: str, inputs: dict, used: float) -> Path:
     d = root / name
     d.mkdir(parents=True)
     (d / f"{name}.so").write_bytes(b"")
-    m = d / native.MANIFEST
+    m = d / builds.MANIFEST
     m.write_text(json.dumps({"inputs": inputs, "built": used}))
     os.utime(m, (used, used))
     return d
@@ -186,9 +186,9 @@ def test_clean_up_keeps_each_environments_newest_builds(tmp_path: Path) -> None:
     others = [fake_build(root, f"t_b{i}", {"sources": f"s{i}", "torch_include": str(torch_b)}, 1) for i in range(4)]
     gone = fake_build(root, "t_gone", {"sources": "s0", "torch_include": str(tmp_path / "removed")}, 200)
     with build_lock(str(in_use), lambda m: None):
-        native._clean_up(str(root), "t", "t_0", env_a)
+        builds._clean_up(str(root), "t", "t_0", env_a)
     kept = sorted(p.name for p in root.iterdir())
-    assert kept == sorted([ours.name, *(p.name for p in older[:native.KEEP_PER_ENVIRONMENT - 1]), in_use.name,
+    assert kept == sorted([ours.name, *(p.name for p in older[:builds.KEEP_PER_ENVIRONMENT - 1]), in_use.name,
                            *(p.name for p in others)]), kept
     assert not gone.exists()
 
