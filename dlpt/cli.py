@@ -34,17 +34,45 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="dlpt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"dlpt {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                           help="one of these; dlpt COMMAND --help shows its options")
     for command in COMMANDS:
         command.register(sub)
     return p
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, with an unknown option blamed on the subcommand it was given to.
+
+    argparse hands a subcommand's unknown words back to the top-level parser, whose error would
+    point at 'dlpt --help', where that subcommand's options are not listed."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        command = getattr(args, "command", None)
+        owner = subs[0].choices[command] if subs and command in subs[0].choices else parser
+        owner.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(owner, extra)}")
+    return args
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """'; did you mean --view?' for a mistyped option, as git and cargo say it."""
+    import difflib
+
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.partition("=")[0], options, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

@@ -52,8 +52,8 @@ def _not_a_trace(path: str) -> None:
         if not head:
             raise DlptError(f"{path}: an empty dlpt profile (0 bytes): the recording ended before its first save; "
                             "record it again")
-        raise DlptError(f"{path}: a damaged dlpt profile (its header is not a dlpt profile's): "
-                        "record or import it again")
+        raise DlptError(f"{path}: a damaged dlpt profile (its header is not a dlpt profile's); "
+                        "record or import it again, or restore the file from a copy")
     if not head:
         raise DlptError(f"{path}: the file is empty; expected a dlpt profile or a Kineto trace")
     if head[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff") or head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):

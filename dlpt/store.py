@@ -19,6 +19,8 @@ import errno
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -198,10 +200,13 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
                      for k, v in arrays.items()])
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def is_profile_file(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            return f.read(16) == b"SQLite format 3\x00"
+            return f.read(16) == _SQLITE_MAGIC
     except OSError:
         return False
 
@@ -210,27 +215,64 @@ def load(path: str) -> Profile:
     """Read a `.dlpt` profile, read-only."""
     if not os.path.exists(path):
         raise DlptError(f"{path}: no such file")
-    if not is_profile_file(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise DlptError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not head.startswith(_SQLITE_MAGIC):
         raise DlptError(f"{path}: not a dlpt profile (not an SQLite database)")
+    cut = _cut_short(head, os.path.getsize(path))
+    if cut:
+        raise _damaged(path, cut)
     try:
         con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro&immutable=1", uri=True)
     except sqlite3.Error as e:
-        raise DlptError(f"{path}: cannot open: {e}") from None
+        raise _damaged(path, f"SQLite cannot open it: {e}") from None
     try:
         return _read(con, path)
-    except sqlite3.DatabaseError as e:
-        raise DlptError(f"{path}: damaged or not a dlpt profile ({e})") from None
     except DlptError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as e:
-        # Damage that the checks in _read do not name surfaces as whatever decoding trips on.
-        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+    except sqlite3.Error as e:  # outside the parts _read names
+        raise _damaged(path, f"SQLite says {e}") from None
+    except _DECODING_ERRORS:
+        raise _damaged(path, "its contents cannot be decoded") from None
     finally:
         con.close()
 
 
+# What decoding a damaged file trips on; Python's exception says nothing to the user, the part
+# of the file that could not be read does.
+_DECODING_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError, MemoryError)
+
+
 def _damaged(path: str, what: str) -> DlptError:
-    return DlptError(f"{path}: damaged profile ({what}); record or import it again")
+    """The one message for a `.dlpt` file that is damaged: said in plain words first, what is
+    wrong after, then what to do (no exception names: the user did nothing wrong in code)."""
+    return DlptError(f"{path}: damaged or truncated profile ({what}); record or import it again, "
+                     "or restore the file from a copy")
+
+
+def _cut_short(head: bytes, size: int) -> str | None:
+    """What shows that a file of `size` bytes that starts with `head` (its first 100 bytes)
+    was cut short (a copy, download or disk that stopped early), or None. SQLite itself does
+    not notice: opened immutable, it reads a missing last page as zeros and hands back mangled
+    rows, or none. Its header gives the page size and, where the header is current, the page
+    count, so the file's length is known."""
+    if len(head) < 100:
+        return f"the file is {size:,} bytes, shorter than SQLite's 100-byte header"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page  # the header's way of writing 64 KiB
+    if page < 512 or page & (page - 1):
+        return "its header names no valid page size"
+    # The page count at byte 28 is valid when the change counter at 24 matches the copy at 92
+    # (SQLite 3.7.0 and later always keep them so).
+    pages = int.from_bytes(head[28:32], "big")
+    if head[24:28] == head[92:96] and pages and size < pages * page:
+        return f"the file is {size:,} bytes; its header says {pages * page:,}"
+    if size % page:
+        return f"the file is {size:,} bytes, not a whole number of its {page:,}-byte pages"
+    return None
 
 
 def _uri_path(path: str) -> str:
@@ -239,35 +281,63 @@ def _uri_path(path: str) -> str:
     return quote(os.path.abspath(path))
 
 
+@contextmanager
+def _reading(path: str, part: str) -> Iterator[None]:
+    """Name the part of the file that damage made unreadable: SQLite's error or whatever
+    decoding trips on (int() of a mangled line number, an array of the wrong size) becomes
+    "PATH: damaged or truncated profile (its frames cannot be read: …)"."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        # "database disk image is malformed", "file is not a database": SQLite's own words.
+        raise _damaged(path, f"{part} cannot be read: SQLite says {e}") from None
+    except _DECODING_ERRORS:
+        raise _damaged(path, f"{part} cannot be decoded") from None
+
+
 def _read(con: sqlite3.Connection, path: str) -> Profile:
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    with _reading(path, "its list of tables"):
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = con.execute("PRAGMA user_version").fetchone()[0]
     if not {"meta", "frames", "arrays"} <= tables:
         raise DlptError(f"{path}: an SQLite database, but not a dlpt profile")
-    version = con.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise DlptError(f"{path}: written by a newer dlpt (profile schema {version}, this dlpt reads "
                         f"up to {SCHEMA_VERSION}); upgrade dlpt with: pip install -U dlpt")
     meta: dict[str, Any] = {}
-    for k, v in con.execute("SELECT key, value FROM meta"):
-        try:
-            meta[k] = json.loads(v)
-        except (TypeError, ValueError):
-            meta[k] = v
+    with _reading(path, "its meta table"):
+        for k, v in con.execute("SELECT key, value FROM meta"):
+            try:
+                meta[k] = json.loads(v)
+            except (TypeError, ValueError):
+                meta[k] = v
     if meta.get("format") != MAGIC:
         raise DlptError(f"{path}: an SQLite database, but not a dlpt profile")
-    frames = [Frame(str(k), str(n), str(fi or ""), int(ln or 0), str(fn or ""))
-              for k, n, fi, ln, fn in con.execute(
-                  "SELECT kind, name, file, line, function FROM frames ORDER BY id")]
+    with _reading(path, "its frames"):
+        frames = [Frame(str(k), str(n), str(fi or ""), int(ln or 0), str(fn or ""))
+                  for k, n, fi, ln, fn in con.execute(
+                      "SELECT kind, name, file, line, function FROM frames ORDER BY id")]
     arrays: dict[str, np.ndarray] = {}
-    for name, dtype, data in con.execute("SELECT name, dtype, data FROM arrays"):
-        dt, _, shape = dtype.partition(":")
-        dims = tuple(int(x) for x in shape.split(",") if x)
-        arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
+    with _reading(path, "its arrays"):
+        for name, dtype, data in con.execute("SELECT name, dtype, data FROM arrays"):
+            dt, _, shape = dtype.partition(":")
+            dims = tuple(int(x) for x in shape.split(",") if x)
+            arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
+    missing = [n for n in ("parent", "frame", "exclusive", *(f"activity.{c}" for c in ACTIVITY_COLUMNS[:-1]))
+               if n not in arrays]
+    if missing:
+        raise _damaged(path, f"the array {missing[0]} is missing")
     columns: list[Any] = [arrays.get(f"activity.{c}") for c in ACTIVITY_COLUMNS]  # no count: version 1
-    act = Activities(*columns)
-    metric_names = meta.pop("metrics", None) or METRICS_V1
-    exc = _metric_columns(arrays["exclusive"], metric_names, frames, act, path)
-    cct = CCT(arrays["parent"], arrays["frame"], exc)
+    if len({len(c) for c in columns if c is not None}) > 1:
+        raise _damaged(path, "the activity columns differ in length")
+    with _reading(path, "its tree"):
+        act = Activities(*columns)
+        metric_names = meta.pop("metrics", None) or METRICS_V1
+        exc = _metric_columns(arrays["exclusive"], metric_names, frames, act, path)
+        if not (arrays["parent"].ndim == arrays["frame"].ndim == 1 and len(arrays["frame"]) == len(arrays["parent"])
+                == len(exc)):
+            raise _damaged(path, "the tree's arrays differ in length")
+        cct = CCT(arrays["parent"], arrays["frame"], exc)
     if len(cct.frame) and (cct.frame.min() < 0 or cct.frame.max() >= len(frames)):
         raise _damaged(path, "nodes refer to missing frames")
     par = cct.parent[1:]
@@ -275,17 +345,19 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         raise _damaged(path, "the tree is not in preorder")
     if len(act) and (act.node.min() < 0 or act.node.max() >= len(cct)):
         raise _damaged(path, "activities refer to missing nodes")
-    sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
+    with _reading(path, "its source snapshots"):
+        sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
     prof = Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
     names = meta.pop("phase_table", None)
     if isinstance(names, list) and "phase.node" in arrays:
-        node, phase = arrays["phase.node"], arrays["phase.phase"]
-        pexc = _metric_columns(arrays["phase.exclusive"], metric_names, frames, Activities.empty(), path)
-        act_phase = arrays.get("phase.activity", np.zeros(0, np.int64))
-        if (len(node) != len(phase) or len(node) != len(pexc) or len(act_phase) != len(act)
-                or (len(node) and (node.min() < 0 or node.max() >= len(cct)))):
-            raise _damaged(path, "the phase table does not match the tree")
-        prof.phases = PhaseTable(tuple(str(n) for n in names), node, phase, pexc, act_phase, cct, act)
+        with _reading(path, "its phase table"):
+            node, phase = arrays["phase.node"], arrays["phase.phase"]
+            pexc = _metric_columns(arrays["phase.exclusive"], metric_names, frames, Activities.empty(), path)
+            act_phase = arrays.get("phase.activity", np.zeros(0, np.int64))
+            if (len(node) != len(phase) or len(node) != len(pexc) or len(act_phase) != len(act)
+                    or (len(node) and (node.min() < 0 or node.max() >= len(cct)))):
+                raise _damaged(path, "the phase table does not match the tree")
+            prof.phases = PhaseTable(tuple(str(n) for n in names), node, phase, pexc, act_phase, cct, act)
     return prof
 
 

@@ -215,3 +215,96 @@ def test_a_nan_dlpt_cannot_read_is_named(tmp_path):
     at = BAD_FILES["c-nan.json"].index(b"nan,")
     assert f"c-nan.json: holds nan at byte {at:,} of its JSON; JSON has no NaN or Infinity" in r.stderr
     assert "re-export the trace, or replace them with null" in r.stderr
+
+
+# ---- a damaged .dlpt profile: one plain line, whatever part the damage hit --------------------
+
+TINY_PROGRAM = """\
+import torch
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded_profile(tmp_path_factory) -> bytes:
+    """A real recording's file (dlpt record on the CPU), made once for this module."""
+    pytest.importorskip("torch")
+    d = tmp_path_factory.mktemp("recorded")
+    (d / "prog.py").write_text(TINY_PROGRAM)
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "-o", "run.dlpt", "prog.py"], cwd=d,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return (d / "run.dlpt").read_bytes()
+
+
+def _zero_middle(data: bytes) -> bytes:
+    q = len(data) // 4
+    return data[:q] + bytes(2 * q) + data[3 * q:]
+
+
+def _plainly_damaged(r: subprocess.CompletedProcess, name: str) -> None:
+    import re
+
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"dlpt: {name}: damaged or truncated profile (") and r.stderr.count("\n") == 1, r.stderr
+    assert "record or import it again, or restore the file" in r.stderr
+    # Plain words: no Python exception's name (ValueError, KeyError, DatabaseError …).
+    assert "Traceback" not in r.stderr and not re.search(r"[A-Z][a-z]+(Error|Exception)\b", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("damage,cut", [
+    pytest.param(lambda b: b[:-1], True, id="cut-by-one-byte"),
+    pytest.param(lambda b: b[: len(b) // 2], True, id="cut-in-half"),
+    pytest.param(_zero_middle, False, id="middle-zeroed"),
+])
+def test_a_damaged_recording_is_one_plain_line(tmp_path, recorded_profile, damage, cut):
+    data = damage(recorded_profile)
+    p = _write(tmp_path, "run.dlpt", data)
+    r = subprocess.run([sys.executable, "-m", "dlpt", "report", "run.dlpt"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    _plainly_damaged(r, "run.dlpt")
+    if cut:  # said as such, whether or not SQLite would have tripped over the missing bytes
+        assert f"(the file is {len(data):,} bytes; its header says {len(recorded_profile):,})" in r.stderr
+    assert p.read_bytes() == data  # opened read-only: the damaged file is left as it was
+
+
+# Damage inside an intact SQLite file, at each part the store reads: said by the part, not by the
+# exception that decoding it raised.
+INNER_DAMAGE = {
+    "frames": ("UPDATE frames SET line = 'x1' WHERE id = 1", "its frames cannot be decoded"),
+    "array-shape": ("UPDATE arrays SET dtype = '<i8:3,5' WHERE name = 'parent'", "its arrays cannot be decoded"),
+    "array-dtype": ("UPDATE arrays SET dtype = 'nonsense:1' WHERE name = 'frame'", "its arrays cannot be decoded"),
+    "array-missing": ("DELETE FROM arrays WHERE name = 'exclusive'", "the array exclusive is missing"),
+    "tree-lengths": ("UPDATE arrays SET data = substr(data, 1, 8), dtype = '<i8:1' WHERE name = 'frame'",
+                     "the tree's arrays differ in length"),
+    "activity-lengths": ("UPDATE arrays SET data = substr(data, 1, 8), dtype = '<i8:1' WHERE name = 'activity.start'",
+                         "the activity columns differ in length"),
+    "metrics": ("UPDATE meta SET value = '[\"gpu_time\"]' WHERE key = 'metrics'",
+                "the metric columns do not match their names"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INNER_DAMAGE))
+def test_damage_inside_the_database_names_the_part(tmp_path, name):
+    import dlpt
+    from dlpt.errors import DlptError
+    from dlpt.loader import open_profile
+    from dlpt.store import save
+
+    p = tmp_path / "p.dlpt"
+    save(open_profile(str(trace_path("threaded"))), str(p))
+    sql, said = INNER_DAMAGE[name]
+    con = sqlite3.connect(p)
+    con.execute(sql)
+    con.commit()
+    con.execute("VACUUM")  # whole pages again: the damage is inside the database, not its length
+    con.close()
+    with pytest.raises(DlptError) as e:
+        dlpt.load(str(p))
+    assert str(e.value).startswith(f"{p}: damaged or truncated profile ({said}")
+    assert "Error" not in str(e.value)

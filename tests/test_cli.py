@@ -221,3 +221,78 @@ def test_parse_program_forms() -> None:
         parse_program(None, [])
     with pytest.raises(DlptError):
         parse_program(None, ["python"])
+
+
+# ---- first-hour problems (issue #34): --steps that never opened, help, mistyped options ----------
+
+STEPS_PROGRAM = """\
+import sys
+
+import torch
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+if sys.argv[1:] == ["fail"]:
+    sys.exit(5)
+"""
+
+
+def test_a_steps_window_the_program_never_reaches_fails_and_says_why(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "prog.py").write_text(STEPS_PROGRAM)
+    for extra, status in (((), 2), (("fail",), 5)):
+        r = dlpt("record", "-q", "-o", "run.dlpt", "--steps", "10:15", "prog.py", *extra, cwd=tmp_path)
+        # A failed program keeps its own status; one that succeeded gives 2: no profile was written.
+        assert r.returncode == status, r.stderr
+        assert "Traceback" not in r.stderr
+        said = [ln for ln in r.stderr.splitlines() if "nothing recorded" in ln]
+        assert len(said) == 1 and said[0].startswith("dlpt: "), r.stderr
+        assert "--steps 10:15 starts at step 10" in said[0] and "made only 3 steps" in said[0], said
+        assert not (tmp_path / "run.dlpt").exists()
+    r = dlpt("record", "-q", "-o", "run.dlpt", "--steps", "1:2", "prog.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "nothing recorded" not in r.stderr
+    import dlpt as api
+
+    assert len(api.load(str(tmp_path / "run.dlpt")).cct) > 1
+    # Nothing recorded at all (no --steps, no PyTorch op) is no success either.
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    r = dlpt("record", "-q", "-o", "hello.dlpt", "hello.py", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "hello\n", r.stderr
+    assert "dlpt: nothing recorded, no profile written: the program ran no PyTorch ops\n" in r.stderr
+    assert not (tmp_path / "hello.dlpt").exists()
+
+
+def test_every_option_of_every_command_has_help():
+    import argparse
+
+    from dlpt.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    bare = [(name, a.option_strings or a.dest) for name, p in [("dlpt", parser), *sub.choices.items()]
+            for a in p._actions if not a.help]
+    assert not bare
+
+
+@pytest.mark.parametrize("args,command,meant", [
+    (("report", "x", "--veiw", "flat"), "report", "--view"),
+    (("export", "x", "--tpo", "3"), "export", "--top"),
+    (("diff", "a", "b", "--bye", "line"), "diff", "--by"),
+    (("view", "x", "--metrc", "gpu_time"), "view", "--metric"),
+    (("import", "x", "-o", "y.dlpt", "--forse"), "import", "--force"),
+    (("record", "--stpes", "1:2", "prog.py"), "record", "--steps"),
+    (("--verison",), None, "--version"),
+])
+def test_a_mistyped_option_points_to_its_commands_help(args, command, meant, capsys):
+    from dlpt.cli import main
+
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dlpt: unrecognized arguments: ") and err.count("\n") == 1, err
+    assert f"did you mean {meant}?" in err
+    assert f"(see '{'dlpt ' + command if command else 'dlpt'} --help')" in err

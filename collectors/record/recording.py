@@ -138,9 +138,9 @@ class Recording:
             raise KeyboardInterrupt from None
 
     def _save(self, status: int, signum: int | None) -> int:
-        """When the profile cannot be saved, a failed program keeps its own status (its failure
-        is the news); a program that succeeded gives 2, so that a script relying on the profile
-        does not go on as if it existed."""
+        """When the profile cannot be saved, or there is none (nothing recorded), a failed
+        program keeps its own status (its failure is the news); a program that succeeded gives
+        2, so that a script relying on the profile does not go on as if it existed."""
         from dlpt.store import save
 
         rec, self.recorder = self.recorder, None
@@ -163,13 +163,14 @@ class Recording:
         self.result = prof
         prof.path = self.out
         # The sampler's host time alone (an import, a print caught by a sample) is not a recording
-        # of PyTorch work: without any op, GPU activity or wait, no profile is written.
-        if not np.delete(prof.cct.exclusive, [COL["host_time"]], axis=1).any():
+        # of PyTorch work: without any op, GPU activity or wait, no profile is written. Nor when
+        # the --steps window never opened (the collector was never on). Either is a failure like
+        # a failed save: a script that goes on to read the profile must not think it exists.
+        never_opened = rec.steps is not None and rec.step_count < rec.steps[0]
+        if never_opened or not np.delete(prof.cct.exclusive, [COL["host_time"]], axis=1).any():
             self._discard_snapshot()
-            steps = rec.steps
-            where = f" in steps {steps[0]}:{steps[1]} (the program made {rec.step_count} steps)" if steps else ""
-            notice(f"nothing recorded: the program ran no PyTorch ops{where}; no profile written")
-            return status
+            notice(f"nothing recorded, no profile written: {_why_empty(rec.steps, rec.step_count)}")
+            return failed
         prof.meta["exit_status"] = status
         if signum is not None:
             prof.meta["ended_by"] = signal_name(signum)
@@ -238,6 +239,21 @@ class Recording:
         except Exception as e:  # noqa: BLE001 - the process ends next; say why nothing was saved
             notice(f"{signal.Signals(signum).name}: the profile could not be saved: {e}")
         die_by_signal(signum)
+
+
+def _why_empty(steps: tuple[int, int] | None, made: int) -> str:
+    """Why a recording holds nothing, for the `nothing recorded` line: the --steps window
+    that never opened (the steps the program made, and where the window starts), or no op."""
+    if steps is None:
+        return "the program ran no PyTorch ops"
+    a, b = steps
+    if made >= a:
+        return f"the program ran no PyTorch ops in steps {a}:{b} (it made {made} steps)"
+    if made == 0:
+        return (f"--steps {a}:{b} starts at step {a}, but the program made no steps (no optimizer "
+                "step and no dlpt.step() call); record without --steps, or mark its steps with dlpt.step()")
+    return (f"--steps {a}:{b} starts at step {a}, but the program made only {made} step{'s' if made != 1 else ''} "
+            f"(optimizer steps or dlpt.step() calls); to record its last step: --steps {made - 1}:{made}")
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:

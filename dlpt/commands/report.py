@@ -39,22 +39,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "(a .dlpt file, a Kineto trace, or a directory of traces).",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_inputs(p)
-    p.add_argument("--view", "-v", default="top-down", choices=VIEWS)
-    p.add_argument("--by", "-b", default="line", choices=GROUPINGS,
-                   help="grouping of the flat view (default: line)")
+    p.add_argument("--view", "-v", default="top-down", choices=VIEWS, metavar="VIEW",
+                   help="top-down (the calling-context tree, the default), bottom-up (each frame's self time, "
+                   "then the callers that led to it) or flat (one row per --by group)")
+    p.add_argument("--by", "-b", default="line", choices=GROUPINGS, metavar="GROUP",
+                   help="what one row of the flat view is: " + ", ".join(GROUPINGS[:-1]) + " or " + GROUPINGS[-1]
+                   + " (default: line)")
     add_metric(p)
-    p.add_argument("--depth", "-d", type=positive_int, default=None, help="tree levels to show")
-    p.add_argument("--top", "-n", type=positive_int, default=None,
+    p.add_argument("--depth", "-d", type=positive_int, default=None, metavar="N", help="tree levels to show")
+    p.add_argument("--top", "-n", type=positive_int, default=None, metavar="N",
                    help="flat view: the N biggest rows (default: 20); trees: the N biggest nodes at every "
                    "level, the first included (default: all); 0: all")
-    p.add_argument("--min-percent", type=percent, default=None,
-                   help="hide rows under this share of the total (default: 0.5 for trees, 0 for flat)")
+    p.add_argument("--min-percent", type=percent, default=None, metavar="P",
+                   help="hide rows under P%% of the total (default: 0.5 for trees, 0 for flat)")
     add_phase(p)
     add_library(p)
     add_compile(p)
     p.add_argument("--full-names", action="store_true", help="show kernel names whole")
-    p.add_argument("--format", "-f", default="text", choices=("text", "json"))
-    p.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
+    p.add_argument("--format", "-f", default="text", choices=("text", "json"),
+                   help="text (the default) or json: the same view as data, every value in its metric's unit")
+    p.add_argument("--output", "-o", default=None, metavar="FILE", help="write to this file instead of stdout")
     p.set_defaults(func=run)
 
 
