@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
-from dlpt.collectors.record.builds import build_error, build_error_line, build
+from dlpt.collectors.record.builds import build, build_error, build_error_line
 from dlpt.errors import DlptError
 from dlpt.metrics import DTOD, DTOH, HTOD, KERNEL, MEMCPY_OTHER, MEMSET
 
