@@ -276,6 +276,18 @@ def test_python_api_profile_and_step(tmp_path: Path) -> None:
     dlpt.step()  # outside a recording: nothing happens
 
 
+def test_python_api_window_never_reached_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The API hands back what it holds, but a window the program never reached is said, as
+    # `dlpt record` says it (there with status 2).
+    with dlpt.profile(str(tmp_path / "api.dlpt"), steps="5:6", quiet=True) as p:
+        for k in range(3):
+            torch.full((8,), float(k)).sum()
+            dlpt.step()
+    assert p.result is not None
+    err = capsys.readouterr().err
+    assert "dlpt: nothing recorded: --steps 5:6 starts at step 5, but the program made only 3 steps" in err, err
+
+
 def test_profiler_log_lines_stay_off_the_programs_stderr(tmp_path: Path) -> None:
     # libkineto prints `USDT:... profiler_start` / `profiler_stop` to fd 2 on every window; the
     # program's own stderr must come through untouched, in order.

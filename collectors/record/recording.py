@@ -148,6 +148,10 @@ class Recording:
             return status
         if not self.owns_process:
             self.result = rec.stop()
+            # The Python API hands the profile back whatever it holds (the caller may look at an
+            # empty one), but a window the program never reached is said, as dlpt record says it.
+            if rec.steps is not None and rec.step_count < rec.steps[0]:
+                notice(f"nothing recorded: {_why_empty(rec.steps, rec.step_count)}")
             if self.out is not None:
                 self.result.path = self.out
                 save(self.result, self.out, force=True)
