@@ -96,6 +96,10 @@ class Traits:
 
     compiled: bool = False  # torch.compile'd code ran (Triton/Inductor kernels, compiled regions)
     graphed: bool = False  # CUDA graphs were replayed (torch.cuda.graphs, Inductor's cudagraph trees)
+    # A recording that traced every kernel of every replay (`--cuda-graph-trace node`, the
+    # default): CUPTI's records cost each graph launch 1-2 us per kernel on the host, idle the
+    # program would not have.
+    graphs_per_kernel: bool = False
     pinned: bool = False  # host-to-device copies from pinned memory
     loader_workers: int | None = None  # a DataLoader's num_workers, where known
     loader_pinned: bool | None = None  # its pin_memory, where known
@@ -130,6 +134,9 @@ def traits(whole: Profile) -> Traits:
     if graph_frames.any():
         gpu = whole.cct.inclusive[:, COL["gpu_time"]]
         t.graphed = bool((gpu[graph_frames[whole.cct.frame]] > 0).any())
+    collector = whole.meta.get("collector")
+    mode = collector.get("graph_trace") if isinstance(collector, dict) else None
+    t.graphs_per_kernel = t.graphed and whole.collector == "record" and mode != "graph"
     phases = whole.meta.get("phases") or {}
     if isinstance(phases, dict) and (phases.get(COMPILE) or {}).get("wall"):
         t.compiled = True

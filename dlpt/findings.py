@@ -143,7 +143,19 @@ def launch_bound(e: Evidence) -> Finding | None:
         remedy = ("the host launches kernels one Python line at a time: compile the model with torch.compile "
                   "(mode=\"reduce-overhead\" adds CUDA graphs) or capture the step in a CUDA graph, so that "
                   "fewer, larger kernels run without a launch each")
-    return Finding("launch-bound", top, figure, remedy, s.share(s.launch), e.of)
+    return Finding("launch-bound", top, figure, _recorder_note(e, remedy), s.share(s.launch), e.of)
+
+
+def _recorder_note(e: Evidence, remedy: str) -> str:
+    """Idle between launches in a CUDA-graphed program recorded with every replayed kernel traced
+    is partly the recorder's own: CUPTI's per-kernel records cost each graph launch 1-2 us per
+    kernel node on the host (docs/BENCHMARKS.md, graph_replay: a replay's launch call 0.14-0.26
+    ms against 0.006-0.013 ms; gpt-fast --compile judged gpu-bound when recorded per graph)."""
+    if not e.traits.graphs_per_kernel:
+        return remedy
+    return ("this recording traced every kernel of every CUDA-graph replay, which costs each graph launch "
+            "1-2 us per kernel on the host: idle the program does not have. Record it again with `dlpt record "
+            f"--cuda-graph-trace graph` before acting on this; if it stays: {remedy}")
 
 
 def host_bound(e: Evidence) -> Finding | None:
@@ -156,9 +168,9 @@ def host_bound(e: Evidence) -> Finding | None:
     return Finding(
         "host-bound", top,
         f"GPU idle {_of(e, s.python)} while the host ran its own Python between launches",
-        "the host's own work between launches (per-sample loops, preprocessing, logging, Python "
-        "bookkeeping) keeps the GPU waiting: vectorize per-sample loops into tensor ops, move "
-        "preprocessing into the DataLoader's workers, log every N steps", s.share(s.python), e.of)
+        _recorder_note(e, "the host's own work between launches (per-sample loops, preprocessing, logging, Python "
+                       "bookkeeping) keeps the GPU waiting: vectorize per-sample loops into tensor ops, move "
+                       "preprocessing into the DataLoader's workers, log every N steps"), s.share(s.python), e.of)
 
 
 class _LoopLines:

@@ -68,3 +68,20 @@ def test_imagenet_with_one_worker_waits_for_its_loader_as_its_data_meter_says() 
     assert sum(x.share for x in steady) <= 1.0
     # One worker already: the remedy is more of them, not "num_workers=N" from zero.
     assert "raise num_workers" in f.remedy
+
+
+def test_a_graphed_program_recorded_per_kernel_is_told_the_recorder_costs_its_graph_launches() -> None:
+    """gpt-fast --compile recorded with every replayed kernel traced (the default) shows idle
+    between launches that CUPTI's per-kernel records put into each graph launch: the verdict says
+    so and how to record without it; the same profile marked as recorded per graph does not."""
+    from dataclasses import replace
+
+    prof, _ = _load("gpu_gptfast_compile")
+    steady = [f for f in fd.findings(prof) if f.of == "steady state" and f.rule in ("launch-bound", "host-bound")]
+    assert steady, [f.rule for f in fd.findings(prof)]
+    for f in steady:
+        assert f.remedy.startswith("this recording traced every kernel of every CUDA-graph replay"), f.remedy
+        assert "dlpt record --cuda-graph-trace graph" in f.remedy
+    per_graph = replace(prof, meta={**prof.meta, "collector": {**prof.meta.get("collector", {}), "graph_trace": "graph"},
+                                    "diagnosis": None})
+    assert all("--cuda-graph-trace" not in f.remedy for f in fd.findings(per_graph))
