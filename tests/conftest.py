@@ -11,6 +11,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
+
+# A training loop of three optimizer steps on the CPU, for tests that record a real program.
+THREE_STEPS = """\
+import sys
+
+import torch
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
 FIXTURES = DATA / "kineto"
 # The program that made the traces: they name its lines, so its text shows their source.
 TRACE_SOURCES = DATA / "tools"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import raw_events, trace_path
+from conftest import THREE_STEPS, raw_events, trace_path
 
 GOOD = {"traceEvents": raw_events("cudagraph_mlp")}
 
@@ -219,15 +219,6 @@ def test_a_nan_dlpt_cannot_read_is_named(tmp_path):
 
 # ---- a damaged .dlpt profile: one plain line, whatever part the damage hit --------------------
 
-TINY_PROGRAM = """\
-import torch
-
-model = torch.nn.Linear(8, 8)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    model(torch.randn(4, 8)).sum().backward()
-    opt.step()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +226,7 @@ def recorded_profile(tmp_path_factory) -> bytes:
     """A real recording's file (dlpt record on the CPU), made once for this module."""
     pytest.importorskip("torch")
     d = tmp_path_factory.mktemp("recorded")
-    (d / "prog.py").write_text(TINY_PROGRAM)
+    (d / "prog.py").write_text(THREE_STEPS)
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-q", "-o", "run.dlpt", "prog.py"], cwd=d,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

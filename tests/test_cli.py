@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TRACE_NAMES, trace_path
+from conftest import THREE_STEPS, TRACE_NAMES, trace_path
 
 from dlpt.commands.record import parse_program
 from dlpt.errors import DlptError
@@ -225,17 +225,7 @@ def test_parse_program_forms() -> None:
 
 # ---- first-hour problems (issue #34): --steps that never opened, help, mistyped options ----------
 
-STEPS_PROGRAM = """\
-import sys
-
-import torch
-
-model = torch.nn.Linear(8, 8)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    model(torch.randn(4, 8)).sum().backward()
-    opt.step()
-    opt.zero_grad()
+STEPS_PROGRAM = THREE_STEPS + """\
 if sys.argv[1:] == ["fail"]:
     sys.exit(5)
 """
