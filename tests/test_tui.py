@@ -25,8 +25,8 @@ from dlpt.profile import Activities, Profile
 from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
-from dlpt.viewers.tui.help import HelpScreen
-from dlpt.viewers.tui.rows import FlatRows, Outline, TreeRows
+from dlpt.viewers.tui.help import KEYS, HelpScreen
+from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, TreeRows
 from dlpt.viewers.tui.search import filter_keys
 
 GPT = str(trace_path("gpt_train"))
@@ -130,10 +130,12 @@ async def test_expand_collapse_keys(gpt: Profile) -> None:
         await settle(pilot)
         # Close the hot path it opened on, climbing it: `left` closes an open row, then goes up.
         await pilot.press(*["left"] * 2 * (int(app.outline.depth[app.table.cursor]) + 1))
-        # The root's rows: the program's <module> line, and the GPU idle that no line caused
-        # (work queued between launched kernels), a named row of its own.
+        # The root's rows: the program's <module> line. The GPU idle that no line caused (work
+        # queued between launched kernels) is a row of its own under gpu_idle_time; it holds no
+        # gpu_time, so here it is left out, and counted below the rows.
         tops = [app.row_names()[i] for i in range(len(app.outline))]
-        assert len(tops) == 2 and tops[1].startswith("<unattributed: GPU idle with work queued"), tops
+        assert tops == ["capture_traces.py:145 <module>"], tops
+        assert app.outline.hidden() == 1 and "(1 row with no gpu_time hidden" in visible_strip_text(app, 2)
         assert not app.outline.expanded
         await pilot.press("enter")
         assert app.row_names()[:2] == ["capture_traces.py:145 <module>", "capture_traces.py:59 run"]
@@ -145,12 +147,12 @@ async def test_expand_collapse_keys(gpt: Profile) -> None:
         await pilot.press("left")  # on a closed row: go to its parent
         assert app.table.cursor == 1
         await pilot.press("left")  # on an open row: close it
-        assert len(app.outline) == 3
-        await pilot.press("up", "space")
         assert len(app.outline) == 2
+        await pilot.press("up", "space")
+        assert len(app.outline) == 1
         # Clicking the ▸ mark opens the row (line 0 is the column header).
         await pilot.click("#table", offset=(0, 1))
-        assert len(app.outline) == 3
+        assert len(app.outline) == 2
 
 
 @run_async
@@ -329,6 +331,14 @@ async def test_help_screen(gpt: Profile) -> None:
     assert app.return_code == 0
 
 
+def test_help_lists_the_metrics_s_cycles_through() -> None:
+    """From the list `s` cycles through, in its order (a hand-written copy left host_time out)."""
+    text = dict(KEYS)["s"]
+    at = [text.find(m) for m in METRIC_CYCLE]
+    assert -1 not in at and at == sorted(at), text
+    assert "host_time" in text
+
+
 def _markup_profile() -> Profile:
     """A tiny hand-built profile whose names look like rich markup and escape sequences."""
     ft = FrameTable([Frame("root", "<root>")])
@@ -377,6 +387,20 @@ def test_outline_model_filter_and_reveal(gpt: Profile) -> None:
     assert keep[0] and keep[src.cct.path(leaf)[0]]
     o.set_filter(keep)
     assert all(keep[o.keys])
+
+
+def test_outline_counts_the_rows_it_hides(gpt: Profile) -> None:
+    """The count follows the rows the open rows would show: opening adds, closing takes away."""
+    src = TreeRows(gpt)
+    col = COL["gpu_time"]
+    o = Outline(src, col)
+    top = o.hidden()
+    assert top == int((src.inclusive(src.roots(), col) == 0).sum()) == 1  # the GPU idle no line caused
+    r = next(r for r in range(len(o)) if o.hidden_children(int(o.keys[r])))
+    beneath = o.hidden_children(int(o.keys[r]))
+    assert o.expand(r) and o.hidden() == top + beneath
+    assert (src.primary(o.keys, col) > 0).all()
+    assert o.collapse(r) and o.hidden() == top
 
 
 def test_cli_view_missing_file(tmp_path) -> None:

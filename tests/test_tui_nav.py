@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 from conftest import DATA, TRACE_SOURCES, trace_path
+from rich.cells import cell_len
 from rich.console import Console
 from test_tui import header_text, run_async, settle, visible_strip_text
 from textual.widgets import Footer
@@ -23,6 +24,7 @@ from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
 from dlpt.viewers.tui.picker import MetricPicker
+from dlpt.viewers.tui.rows import fit_label, frame_label
 
 CPU = str(DATA / "cpu_train_small.dlpt")
 
@@ -83,6 +85,126 @@ async def test_metric_given_on_the_command_line_wins() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         assert app.metric == "gpu_time" and app.table.total == 0
+        # No row holds any: the table says so, and how many rows it leaves out.
+        assert len(app.outline) == 0 and "no gpu_time in this view" in visible_strip_text(app, 1)
+        assert re.search(r"\(\d+ rows with no gpu_time hidden; m picks another metric\)", visible_strip_text(app, 2))
+
+
+# ---- rows without the metric ----------------------------------------------------------------
+
+def _render(renderable) -> str:
+    con = Console(width=100, record=True, no_color=True)
+    con.print(renderable)
+    return con.export_text()
+
+
+@run_async
+async def test_rows_without_the_metric_are_hidden_and_counted() -> None:
+    """Under host_time, `opt.step()` opened onto `aten::` rows at 0.0% with blank values: its
+    ops have CPU time, the line has the wall time. Such rows are left out, and counted."""
+    app = DlptApp(CPU)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        o, col = app.outline, COL["host_time"]
+        src = o.rows
+        step = next(int(k) for k in o.keys if src.label(int(k)).startswith("examples/transformer_train.py:86 "))
+        kids = src.children(step)
+        assert len(kids) and (src.inclusive(kids, col) == 0).all() and (src.inclusive(kids, COL["cpu_time"]) > 0).all()
+        assert not o.expandable(step) and o.hidden_children(step) == len(kids)
+        # Every row open: each one shown holds some host time.
+        r = 0
+        while r < len(o) and len(o) < 5000:
+            o.expand(r)
+            r += 1
+        app.table.structure_changed()
+        assert (src.primary(o.keys, col) > 0).all()
+        # Below the last row, what was left out: every open row's children without host time.
+        await pilot.press("end")
+        await settle(pilot)
+        n = o.hidden()
+        assert n >= len(kids)
+        drawn = [visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1)]
+        assert f"({n:,} rows with no host_time hidden; m picks another metric)" in "\n".join(drawn)
+        # opt.step()'s detail pane says what is beneath it.
+        app.table.move_to(o.row_of(step))
+        await settle(pilot)
+        assert f"{len(kids)} of its children hold no host_time: hidden" in _render(render_detail(app.detail))
+        # Under cpu_time the ops are there to open...
+        app.set_metric("cpu_time")
+        await settle(pilot)
+        assert app.table.current_key == step and o.expandable(step)
+        await pilot.press("right", "down")
+        await settle(pilot)
+        op = app.table.current_key
+        assert src.parent(op) == step and src.label(op).startswith("aten::")
+        # ...and back under host_time, the cursor on one goes to its line, not to the first row.
+        app.set_metric("host_time")
+        await settle(pilot)
+        assert app.table.current_key == step
+
+
+@run_async
+async def test_a_search_whose_matches_hold_none_of_the_metric() -> None:
+    app = DlptApp(CPU)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        keys = app.outline.keys.copy()
+        await pilot.press("slash", *"aten::add_", "enter")
+        await settle(pilot)
+        # The ops match, but hold no host time: the table stays as it was, and says why.
+        assert app.search_text == "" and np.array_equal(app.outline.keys, keys)
+        assert "no row matching 'aten::add_' holds any host_time" in header_text(app)
+        app.set_metric("cpu_time")
+        await settle(pilot)
+        await pilot.press("slash", *"aten::add_", "enter")
+        await settle(pilot)
+        o = app.outline
+        hits = [int(k) for k in o.keys if o.rows.label(int(k)) == "aten::add_"]
+        assert app.search_text == "aten::add_" and hits
+        # Back to host_time, the filter kept: no row it keeps holds any, and the table says so.
+        app.set_metric("host_time")
+        await settle(pilot)
+        assert len(app.outline) == 0
+        assert "no row matching 'aten::add_' holds any host_time in this view" in visible_strip_text(app, 1)
+
+
+# ---- names cut to the column ----------------------------------------------------------------
+
+FROZEN = Frame("python", "_find_and_load (<frozen importlib._bootstrap>:690)", "<frozen importlib._bootstrap>",
+               690, "_find_and_load")
+LONG = Frame("python", "f (x.py:34)", "/venv/site-packages/torch/_functorch/_aot_autograd/collect_metadata_analysis.py",
+             34, "run_functionalized_fw_and_collect_metadata")
+
+
+def test_file_names_keep_their_start_and_line() -> None:
+    """A file name cut to the column loses its directory, then its middle: never its start or
+    its line (cut from the left, `<frozen importlib._bootstrap>:690` read `…lib._bootstrap>:690`)."""
+    label = frame_label(FROZEN)
+    assert fit_label(FROZEN, label, 40) == "<frozen importlib._bootstrap>:690 _find…"
+    assert fit_label(FROZEN, label, 24) == "<frozen …_bootstrap>:690"
+    assert fit_label(FROZEN, label, 16) == "_bootstrap:690"
+    label = frame_label(LONG)
+    assert fit_label(LONG, label, 40) == "collect_metadata_analysis.py:34 run_fun…"
+    for width in range(12, 32):
+        cut = fit_label(LONG, label, width)
+        assert cell_len(cut) <= width and cut.startswith("coll") and cut.endswith(".py:34"), (width, cut)
+    # A file's row in the flat view is a path: its directory goes first, whole.
+    path = "_aot_autograd/collect_metadata_analysis.py"
+    assert fit_label(LONG, path, 35) == "…/collect_metadata_analysis.py"
+    assert fit_label(LONG, path, 20) == "collect_me…alysis.py"
+
+
+@run_async
+async def test_deep_library_rows_keep_their_file_names() -> None:
+    app = DlptApp(CPU)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        await pilot.press("e")  # deep in the import machinery: little room beside the indentation
+        await settle(pilot)
+        drawn = "\n".join(visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1))
+        assert "_bootstrap" in drawn and "lib._bootstrap" not in drawn.replace("importlib._bootstrap", "")
 
 
 # ---- the cursor stays on screen -------------------------------------------------------------

@@ -4,7 +4,9 @@ it finds nothing), and the metric picker fits 80×24. The real app, driven throu
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -13,7 +15,8 @@ from rich.cells import cell_len
 from test_tui import header_text, run_async, settle, visible_strip_text
 from test_tui_nav import assert_cursor_on_screen, open_picker
 from textual.containers import Vertical
-from textual.widgets import OptionList, Static
+from textual.widgets import Input, OptionList, Static
+from textual.worker import WorkerState
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
@@ -21,6 +24,7 @@ from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.rows import OPEN_SHARE
+from dlpt.viewers.tui.table import TreeTable
 
 SMALL = str(DATA / "gpu_train_small.dlpt")
 # Text of a line of code the sample's table shows beside `transformer_train.py:49 forward`, in
@@ -87,7 +91,8 @@ def assert_headers_over_numbers(app: DlptApp) -> int:
     tokens = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", head)]
     assert tokens[0][0] == "name" and tokens[1][0] == "%"
     lines = [visible_strip_text(app, y) for y in range(1, app.table.visible_rows() + 1)]
-    lines = [ln for ln in lines if ln.strip()]
+    note = app.table.hidden_note()  # the line below the rows that counts those hidden: no columns
+    lines = [ln for ln in lines if ln.strip() and (not note or ln.strip() != note)]
     assert lines
     checked = 0
     for ln in lines:
@@ -212,6 +217,38 @@ async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
         assert app.search_text == CODE_ONLY and np.array_equal(app.outline.keys, filtered)
         assert "no match for 'nothing-here'" in header_text(app)
         assert_detail_is_the_cursor_row(app)
+        # The next search, even one that keeps the filter as it is, ends the message.
+        await search(pilot)
+        assert app.search_text == CODE_ONLY and "no match" not in header_text(app)
+
+
+@run_async
+async def test_the_search_box_opens_on_the_filter_selected() -> None:
+    """`/` shows the current filter selected: typing replaces it (it was appended to)."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await search(pilot, *CODE_ONLY)
+        box = app.query_one("#search", Input)
+        box.select_on_focus = False  # whatever textual does on focus, the app selects
+        await pilot.press("slash")
+        await pilot.pause()
+        assert box.value == CODE_ONLY and box.selected_text == CODE_ONLY
+        await pilot.press(*"self.", "enter")
+        await settle(pilot)
+        assert app.search_text == "self."
+
+
+@run_async
+async def test_the_search_box_opens_empty_where_input_cannot_select(monkeypatch) -> None:
+    monkeypatch.delattr(Input, "select_all")
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await search(pilot, *CODE_ONLY)
+        await pilot.press("slash")
+        await pilot.pause()
+        assert app.query_one("#search", Input).value == ""
 
 
 @run_async
@@ -238,7 +275,9 @@ async def test_the_table_keeps_the_keys_after_background_work() -> None:
     app = DlptApp(SMALL)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        for keys in (["slash", *CODE_ONLY, "enter"], ["3"], ["2"]):
+        # A filter that leaves several rows in every view (CODE_ONLY leaves one line of code
+        # that holds GPU time), so that `down` has a row to go to.
+        for keys in (["slash", *"self.", "enter"], ["3"], ["2"]):
             await pilot.press(*keys)
             await settle(pilot)
             assert app.focused is app.table, keys
@@ -319,3 +358,223 @@ async def test_a_screen_resized_short_gets_the_short_layout() -> None:
         assert app.compact and str(app.query_one("#detail").styles.height) == "7"
         assert all(cell_len(ln) <= 78 for ln in header_text(app).splitlines())
         assert app.table.visible_rows() >= 10
+
+
+# ---- deferred work after the widgets are gone -----------------------------------------------
+# Work armed while the table is on screen can land after it went: a worker's result or error, the
+# detail pane's 50 ms timer, a message, the picker's answer. Under load the app's shutdown
+# outlasted that timer, whose update then queried a table already removed (issue #34). Each
+# test arms such work, removes the table or quits, lets the work land, and checks that it did
+# nothing: touching the missing widgets raised, and the app ended with that exception.
+
+def _blocking(monkeypatch, name: str, fail: bool = False) -> threading.Event:
+    """Make `dlpt.viewers.tui.app.<name>` (work the app runs in a thread) wait for the returned
+    event, then run (or, with `fail`, raise)."""
+    import dlpt.viewers.tui.app as tui_app
+
+    release = threading.Event()
+    real = getattr(tui_app, name)
+
+    def held(*args, **kwargs):
+        assert release.wait(30), f"{name} was never released"
+        if fail:
+            raise RuntimeError(f"{name} failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tui_app, name, held)
+    return release
+
+
+def _landings(monkeypatch) -> threading.Event:
+    """Set once a worker's outcome has reached the UI thread (whatever the app then did with it)."""
+    landed = threading.Event()
+    real_deliver = DlptApp._deliver
+
+    def deliver(self: DlptApp, *args) -> None:
+        try:
+            real_deliver(self, *args)
+        finally:
+            landed.set()
+
+    real_changed = DlptApp.on_worker_state_changed
+
+    def changed(self: DlptApp, event) -> None:
+        try:
+            real_changed(self, event)
+        finally:
+            if event.state == WorkerState.ERROR:
+                landed.set()
+
+    monkeypatch.setattr(DlptApp, "_deliver", deliver)
+    monkeypatch.setattr(DlptApp, "on_worker_state_changed", changed)
+    return landed
+
+
+async def _wait_for(flag: threading.Event) -> None:
+    for _ in range(500):
+        if flag.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the work never landed")
+
+
+async def on_a_source_row(pilot, app: DlptApp) -> None:
+    """Put the cursor on the first row that is a line of code, and wait until its detail pane
+    has asked for the file's per-line totals (built in a thread)."""
+    o = app.outline
+    r = next(r for r in range(len(o)) if o.rows.frame(int(o.keys[r])).has_source)
+    app.table.move_to(r)
+    for _ in range(200):
+        await pilot.pause(0.02)
+        if any(w.group == "lines" and w.is_running for w in app.workers):
+            return
+    raise AssertionError("no per-line totals were asked for")
+
+
+async def _arm(pilot, app: DlptApp, monkeypatch, work: str) -> threading.Event:
+    """Start `work` in its thread, held there; the event releases it."""
+    if work == "per-line totals":
+        release = _blocking(monkeypatch, "flat")
+        await on_a_source_row(pilot, app)
+    else:
+        release = _blocking(monkeypatch, "filter_keys", fail=work == "search error")
+        await pilot.press("slash", *CODE_ONLY, "enter")
+        assert app.busy == "searching"
+    return release
+
+
+def _dropped(app: DlptApp, work: str) -> bool:
+    """Whether the work's outcome left the app as it was."""
+    if work == "per-line totals":
+        return app.variant is not None and app.variant.by_line is None
+    return app.busy == "searching" and app.search_text == CODE_ONLY and not app._notifications
+
+
+WORKS = ["search result", "search error", "per-line totals"]
+
+
+@pytest.mark.parametrize("work", WORKS)
+@run_async
+async def test_work_landing_as_the_table_unmounts(monkeypatch, work: str) -> None:
+    """The work lands while the table is being unmounted: still in the DOM, its removal begun.
+    (A worker's error is a message, which the app reads once the removal it awaits is done.)"""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        landed = _landings(monkeypatch)
+        release = await _arm(pilot, app, monkeypatch, work)
+
+        async def on_unmount(self: TreeTable) -> None:
+            release.set()
+            if work != "search error":
+                await _wait_for(landed)  # the loop runs on meanwhile: the work lands now
+
+        monkeypatch.setattr(TreeTable, "on_unmount", on_unmount, raising=False)
+        await app.table.remove()
+        await _wait_for(landed)
+        assert not app.query(TreeTable)
+        await pilot.pause(0.1)
+        assert _dropped(app, work)
+    assert app._exception is None
+
+
+@run_async
+async def test_work_landing_after_quitting(monkeypatch) -> None:
+    """`q` while the detail pane's per-line totals are built: they land once the app has exited,
+    its widgets not yet torn down. (A search's worker is cancelled on exit before it lands.)"""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        landed = _landings(monkeypatch)
+        release = await _arm(pilot, app, monkeypatch, "per-line totals")
+        await pilot.press("q")
+        assert app.query(TreeTable)
+        release.set()
+        await _wait_for(landed)
+        assert _dropped(app, "per-line totals")
+    assert app._exception is None and app.return_code == 0
+
+
+@run_async
+async def test_a_queued_detail_update_goes_with_its_table(monkeypatch) -> None:
+    # The update waits long enough that the table is surely gone when its time comes.
+    monkeypatch.setattr(DlptApp, "DETAIL_DELAY", 0.5)
+    late: list[bool] = []
+    real = DlptApp.update_detail
+
+    def update_detail(self: DlptApp) -> None:
+        late.append(not self.query(TreeTable))
+        real(self)
+
+    monkeypatch.setattr(DlptApp, "update_detail", update_detail)
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        o = app.outline
+        # A row that is not a line of code: its detail starts no thread of its own.
+        r = next(r for r in range(len(o)) if not o.rows.frame(int(o.keys[r])).has_source and r != app.table.cursor)
+        app.table.move_to(r)
+        await pilot.pause()
+        assert app._detail_timer is not None
+        await app.table.remove()
+        await pilot.pause(0.8)  # past its time
+    assert app._exception is None
+    assert True not in late  # the timer went with the table: no update was even tried
+
+
+@run_async
+async def test_the_detail_pane_gone_before_the_table() -> None:
+    """Closing the screen removes its widgets side by side: the pane can go first, while the
+    table's timer still runs."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await app.query_one("#detail").remove()
+        await pilot.press("home")
+        await pilot.pause(0.2)  # past the detail pane's wait
+        assert app.table.cursor == 0
+    assert app._exception is None
+
+
+@run_async
+async def test_a_failure_building_per_line_totals_is_reported(monkeypatch) -> None:
+    """The detail pane's per-line totals failing is the pane's trouble: said, the app goes on."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        landed = _landings(monkeypatch)
+        _blocking(monkeypatch, "flat", fail=True).set()
+        o = app.outline
+        app.table.move_to(next(r for r in range(len(o)) if o.rows.frame(int(o.keys[r])).has_source))
+        await _wait_for(landed)
+        await pilot.pause(0.1)
+        assert any("flat failed" in n.message for n in app._notifications)
+        await pilot.press("down")
+        await settle(pilot)
+        assert_detail_is_the_cursor_row(app)
+    assert app._exception is None
+
+
+@pytest.mark.parametrize("late", ["detail timer", "highlight message", "picker answer", "search box"])
+@run_async
+async def test_late_callbacks_after_the_table_is_gone(late: str) -> None:
+    """What reaches the app after the table went, from work armed before: each does nothing."""
+    app = DlptApp(SMALL)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        table = app.table
+        if late == "picker answer":
+            await open_picker(pilot, app)
+        elif late == "search box":
+            await pilot.press("slash", *CODE_ONLY)
+        await table.remove()
+        if late == "detail timer":
+            app.update_detail()  # what a timer armed just before calls
+        elif late == "highlight message":
+            app.post_message(TreeTable.Highlighted(table, int(app.outline.keys[0])))
+        elif late == "picker answer":
+            await pilot.press("down", "enter")
+        else:
+            await pilot.press("enter")
+        await pilot.pause(0.2)
+    assert app._exception is None

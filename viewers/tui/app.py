@@ -15,6 +15,7 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
@@ -77,6 +78,9 @@ class DlptApp(App[int]):
         Binding("d", "toggle_detail", "detail", show=False),
         Binding("escape", "clear_search", "clear", show=False),
     ]
+    # Seconds the cursor rests on a row before the detail pane describes it: moving fast through
+    # rows should not compute a detail per row.
+    DETAIL_DELAY = 0.05
     VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if isinstance(b, Binding) and b.action.startswith("view(")]
 
     def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
@@ -105,7 +109,11 @@ class DlptApp(App[int]):
         self._term: Size | None = None  # the screen size of the last Resize event (see term)
         self.variants: dict[bool, LibraryViews] = {}
         self.outlines: dict[tuple, Outline] = {}
-        self._applied_query: dict[tuple, str] = {}
+        # Per outline: the (query, metric column) its filter was made for ("", -1: none), since a
+        # filter keeps only matches that hold the metric (search.filter_keys); and, when it
+        # leaves no row, why (`no match for 'x'`), which the empty table says.
+        self._applied_query: dict[tuple, tuple[str, int]] = {}
+        self._no_rows_why: dict[tuple, str] = {}
         self.detail: Detail | None = None
         self.error: str | None = None
         self.busy = ""
@@ -147,13 +155,34 @@ class DlptApp(App[int]):
             self.table.focus()
         self._render_header()
 
+    def _shown(self) -> bool:
+        """Whether the table is still on screen for deferred work to update.
+
+        Work queued before the table went (a worker's result, the detail pane's timer, a message)
+        can land after it: on quitting, the screen is torn down while that work runs on, and
+        under load a shutdown outlasts the detail pane's wait, which then queried a table that
+        was gone (issue #34). Every deferred callback asks this first and drops its work."""
+        try:
+            table = self.query_one(TreeTable)
+        except NoMatches:  # removed
+            return False
+        # is_attached is false once the app exits; is_running, from the moment the table's
+        # removal begins (it is unmounted, then detached).
+        return table.is_attached and table.is_running
+
+    def _deliver(self, then: Callable[..., None], *args: Any) -> None:
+        """Call `then(*args)` on the UI thread for a worker, unless the table is gone."""
+        if self._shown():
+            then(*args)
+
     def _background(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
-        """Run `job` in a thread; `then(result)` on the UI thread unless a newer job replaced it."""
+        """Run `job` in a thread; `then(result)` on the UI thread unless a newer job replaced it
+        or the table is gone."""
 
         def run() -> None:
             result = job()
             if not get_current_worker().is_cancelled:
-                self.call_from_thread(then, result)
+                self.call_from_thread(self._deliver, then, result)
 
         self.run_worker(run, thread=True, group="model", exclusive=True, exit_on_error=False)
 
@@ -166,6 +195,8 @@ class DlptApp(App[int]):
             # Nothing to show: leave with the message, which `dlpt view` prints as `dlpt: ...`.
             self.error = msg
             self.exit(2)
+            return
+        if not self._shown():
             return
         self._set_busy("")
         self.notify(safe_text(msg), title="dlpt", severity="error", timeout=8)
@@ -194,7 +225,7 @@ class DlptApp(App[int]):
                 if now - last[0] > 0.1:
                     last[0] = now
                     pct = f" {100 * done // total}%" if total else ""
-                    self.call_from_thread(self._set_busy, f"{what}{pct}")
+                    self.call_from_thread(self._deliver, self._set_busy, f"{what}{pct}")
 
             opened = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
             # The phase shown (`dlpt view --phase`); the TUI shows no diagnosis, so none is judged.
@@ -248,43 +279,57 @@ class DlptApp(App[int]):
         o = self.outlines.get(key)
         if o is None:
             o = self.outlines[key] = Outline(src, col)
-            self._applied_query[key] = ""
+            self._applied_query[key] = ("", -1)
             if self.view == "top-down" and keep_key is None:
                 # Open where the time goes, the cursor on the hottest row, not on one closed row.
                 r = o.open_hot_path()
                 keep_key = int(o.keys[r]) if len(o) else None
         elif o.col != col:
             o.set_metric(col)
-        if self._applied_query.get(key, "") != self.search_text:
-            query = self.search_text
+        want = (self.search_text, col if self.search_text else -1)
+        if self._applied_query.get(key, ("", -1)) != want:
+            query, metric = self.search_text, self.metric
             self._set_busy("searching")
 
-            def search_job() -> tuple[np.ndarray | None, bool]:
-                keep = filter_keys(src, query) if query else None
-                return keep, keep is None or has_match(src, keep)
+            def search_job() -> tuple[np.ndarray | None, str]:
+                """The filter, and why it leaves no row ('' when it leaves some)."""
+                if not query:
+                    return None, ""
+                keep = filter_keys(src, query, col)
+                if has_match(src, keep):
+                    return keep, ""
+                if has_match(src, filter_keys(src, query)):
+                    return keep, f"no row matching {query!r} holds any {metric}"
+                return keep, f"no match for {query!r}"
 
-            def done(result: tuple[np.ndarray | None, bool]) -> None:
-                keep, matched = result
+            def done(result: tuple[np.ndarray | None, str]) -> None:
+                keep, why = result
                 typed, self._replaced_query = self._replaced_query, None
                 self._set_busy("")
-                if not matched and typed is not None:
+                if why and typed is not None:
                     # A query just typed that finds nothing: keep the rows on screen and the
                     # query they were filtered by, and say so where it stays readable. (The
-                    # filter of another view that finds nothing here shows the table's empty
-                    # state instead.)
-                    self.search_text, self.note = typed, f"no match for {query!r}"
+                    # filter of another view or metric that finds nothing here shows the
+                    # table's empty state instead.)
+                    self.search_text, self.note = typed, why
                     self.notify(escape(safe_text(self.note)), title="search", severity="warning", timeout=6)
                     self._show(keep_key)
                     return
                 o.set_filter(keep)
-                self._applied_query[key] = query
+                self._applied_query[key], self._no_rows_why[key] = want, why
                 self._show(keep_key)
 
             self._background(search_job, done)
             return
         if keep_key is not None and o.row_of(keep_key) < 0 and src.is_tree and o.keep is None:
             o.reveal(keep_key)
-        self.table.empty_message = f"no match for {self.search_text!r} in this view" if o.keep is not None else ""
+            if o.row_of(keep_key) < 0:
+                # The row holds none of this metric (the outline hides it): its nearest shown
+                # ancestor keeps the cursor where the user was, not on the first row.
+                keep_key = next((a for a in reversed(src.ancestors(keep_key)) if o.row_of(a) >= 0), None)
+        # What an empty table says: no row matches, or (every row hidden) none holds the metric.
+        why = self._no_rows_why.get(key) or f"no match for {self.search_text!r}"
+        self.table.empty_message = f"{why} in this view" if o.keep is not None else f"no {self.metric} in this view"
         self.table.show(o, self.metric, keep_key)
         if self.table.current_key is None:
             self.update_detail()  # no row to describe: clear the pane rather than keep the last one
@@ -308,7 +353,7 @@ class DlptApp(App[int]):
     def _render_header(self) -> None:
         try:
             header = self.query_one("#header", Static)
-        except Exception:
+        except NoMatches:  # not composed yet, or gone
             return
         state = ViewState(self.view, self.by, self.metric, self.include_library, self.search_text, self.busy, self.note)
         header.update(render_header(self.base, self.path, self.VIEW_KEYS, state, self.term.width, self.compact))
@@ -330,7 +375,7 @@ class DlptApp(App[int]):
             self._term = event.size
         try:
             self.query_one("#detail").styles.height = COMPACT_DETAIL if self.compact else "40%"
-        except Exception:  # noqa: BLE001 - not composed yet: on_mount calls this again
+        except NoMatches:  # not composed yet (on_mount calls this again), or gone
             return
         self._render_header()
 
@@ -340,17 +385,28 @@ class DlptApp(App[int]):
         # Moving fast through rows should not compute a detail per row: wait for a pause.
         if self._detail_timer is not None:
             self._detail_timer.stop()
-        self._detail_timer = self.set_timer(0.05, self.update_detail)
+        if not self._shown():
+            return
+        # The table's timer, not the app's: textual stops a widget's timers when it is removed,
+        # so a pending update goes with its table, while the app's ran on through its shutdown.
+        self._detail_timer = self.table.set_timer(self.DETAIL_DELAY, self.update_detail)
 
     def update_detail(self) -> None:
+        if not self._shown():
+            return
         o, v = self.outline, self.variant
         key = self.table.current_key
-        body = self.query_one("#detail-body", Static)
+        try:
+            body = self.query_one("#detail-body", Static)
+            pane = self.query_one("#detail", VerticalScroll)
+        except NoMatches:  # a closing screen removes its widgets side by side: the pane went first
+            return
         if o is None or v is None or key is None:
             body.update(Text(""))
             self.detail = None
             return
         self.detail = d = build_detail(v, o.rows, key, self.view, self.metric)
+        d.hidden = o.hidden_children(key) if o.rows.is_tree else 0
         if d.frame.has_source and d.file_text is not None and v.by_line is None:
             prof = v.profile
 
@@ -361,13 +417,15 @@ class DlptApp(App[int]):
                 v.by_line = fv
                 self.update_detail()
 
-            self.run_worker(lambda: self._lines_job(job, done), thread=True, group="lines", exclusive=True)
+            # A failure here is the pane's, not the app's: on_worker_state_changed reports it.
+            self.run_worker(lambda: self._lines_job(job, done), thread=True, group="lines", exclusive=True,
+                            exit_on_error=False)
         body.update(render_detail(d))
-        self.query_one("#detail", VerticalScroll).scroll_home(animate=False)
+        pane.scroll_home(animate=False)
 
     def _lines_job(self, job: Callable[[], FlatView], done: Callable[[FlatView], None]) -> None:
         fv = job()
-        self.call_from_thread(done, fv)
+        self.call_from_thread(self._deliver, done, fv)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -417,7 +475,8 @@ class DlptApp(App[int]):
         return {m: int(tot[COL[m]]) if tot is not None else 0 for m in METRICS}
 
     def set_metric(self, metric: str | None) -> None:
-        if metric and metric != self.metric and self._idle():
+        # The picker's answer comes after its screen closes, when the app may be closing too.
+        if metric and metric != self.metric and self._idle() and self._shown():
             self.metric = metric
             self._show(self.table.current_key)
 
@@ -453,17 +512,30 @@ class DlptApp(App[int]):
         if not self._idle():
             return
         box = self.query_one("#search", Input)
-        box.value = self.search_text
         box.add_class("visible")
         box.focus()
+        # The current filter, selected: typing replaces it, an arrow key edits it, enter keeps it.
+        # A textual whose Input cannot select would have typing extend it: there the box opens
+        # empty (the header shows the filter).
+        if hasattr(box, "select_all"):
+            box.value = self.search_text
+            box.select_all()
+        else:
+            box.value = ""
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if not self._shown():
+            return
         event.input.remove_class("visible")
         self.table.focus()
         query = event.value.strip()
+        # The last search's outcome is old news now, whatever this one finds (or if it is the same).
+        if self.note:
+            self.note = ""
+            self._render_header()
         if query == self.search_text:
             return
-        self._replaced_query, self.search_text, self.note = self.search_text, query, ""
+        self._replaced_query, self.search_text = self.search_text, query
         self._show(self.table.current_key)  # stay on the row if the filter keeps it
 
     def action_clear_search(self) -> None:

@@ -38,6 +38,7 @@ class Detail:
     lines: dict[int, np.ndarray] | None = None  # per-line metrics of the file (flat by line)
     activities: list[ActivityRow] | None = None
     note: str = ""
+    hidden: int = 0  # children the table leaves out for holding none of the metric (rows.Outline)
 
 
 def build_detail(v: LibraryViews, src: Rows, key: int, view: str, metric: str) -> Detail:
@@ -104,6 +105,10 @@ def render_detail(d: Detail) -> RenderableType:
         parts.append(Text("GPU " + " · ".join(br)))
     if d.note:
         parts.append(Text(d.note, style="italic"))
+    if d.hidden:
+        # The row may look like a leaf in the table: say what is beneath it, and how to see it.
+        parts.append(Text(f"{d.hidden:,} of its children hold no {d.metric}: hidden from the table "
+                          "(m picks another metric)", style="dim italic"))
 
     if fr.has_source:
         parts.append(_source(d))

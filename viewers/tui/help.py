@@ -11,6 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from dlpt.viewers.tui.rows import METRIC_CYCLE
+
 KEYS = (
     ("1 / 2 / 3", "top-down / bottom-up / flat view"),
     ("g", "flat view: cycle the grouping (line, function, file, kernel, op)"),
@@ -23,7 +25,8 @@ KEYS = (
     ("/", "search: keep rows whose name or code contains the text, and their ancestors (empty clears)"),
     ("escape", "clear the search"),
     ("m", "pick the metric from a list (with each one's total)"),
-    ("s", "next metric this profile has: gpu, kernel, HtoD, DtoH, DtoD, memset, cpu time; counts"),
+    # The list the key cycles through, not a copy of it: a hand-written one left host_time out.
+    ("s", "next metric this profile has, in this order: " + ", ".join(METRIC_CYCLE)),
     ("l", "show or hide library frames (torch, standard library, dlpt)"),
     ("d", "show or hide the detail pane"),
     ("x", "export hotspots JSON next to the profile (<profile>.hotspots.json)"),
@@ -33,8 +36,9 @@ KEYS = (
 
 ABOUT = ("The tree's % is the row's inclusive share of the metric; 'self' is what the row does "
          "itself. In the flat view, 'self' is what the group owns (rows sum to the total) and "
-         "'total' everything beneath it. A source row shows its line of code (▸) where the column has "
-         "room. Mouse: click selects, double click or a click on ▸ opens.")
+         "'total' everything beneath it. Rows with none of the metric are hidden; the line below the "
+         "rows counts them, and another metric shows them. A source row shows its line of code (▸) "
+         "where the column has room. Mouse: click selects, double click or a click on ▸ opens.")
 
 
 class HelpScreen(ModalScreen[None]):

@@ -24,28 +24,46 @@ def matching_frames(source: Rows, query: str) -> np.ndarray:
                        dtype=bool, count=len(frames))
 
 
-def filter_keys(source: Rows, query: str) -> np.ndarray:
-    """A mask over the rows' keys: rows whose name or code contains `query`, and (in trees)
-    their ancestors, so that every match is shown under its call path."""
+def match_keys(source: Rows, query: str) -> np.ndarray:
+    """A mask over the rows' keys: the rows whose name or code contains `query`."""
     if isinstance(source, TreeRows):
-        cct = source.cct
         # One test per distinct frame, not per node: a million nodes share a few thousand frames.
-        hit = matching_frames(source, query)[cct.frame]
+        hit = matching_frames(source, query)[source.cct.frame]
         hit[0] = False
-        keep = hit.copy()
-        # Climb from every match at once, one level per pass; stop where the path is known.
-        anc = np.unique(cct.parent[np.flatnonzero(hit)])
-        while len(anc):
-            anc = anc[~keep[anc]]
-            keep[anc] = True
-            anc = np.unique(cct.parent[anc])
-            anc = anc[anc >= 0]
-        keep[0] = True
-        return keep
+        return hit
     q = query.casefold()
     n = len(source)  # flat: one level, each group on its own
     return np.fromiter((_contains(q, source.label(k), source.frame(k).name, source.code(k)) for k in range(n)),
                        dtype=bool, count=n)
+
+
+def with_ancestors(source: Rows, hit: np.ndarray) -> np.ndarray:
+    """The rows of `hit` and (in trees) their ancestors, so that every match is shown under its
+    call path."""
+    if not isinstance(source, TreeRows):
+        return hit
+    cct = source.cct
+    keep = hit.copy()
+    # Climb from every match at once, one level per pass; stop where the path is known.
+    anc = np.unique(cct.parent[np.flatnonzero(hit)])
+    while len(anc):
+        anc = anc[~keep[anc]]
+        keep[anc] = True
+        anc = np.unique(cct.parent[anc])
+        anc = anc[anc >= 0]
+    keep[0] = True
+    return keep
+
+
+def filter_keys(source: Rows, query: str, col: int | None = None) -> np.ndarray:
+    """A mask over the rows' keys: rows whose name or code contains `query`, and (in trees)
+    their ancestors. With `col`, only matches that hold something of that metric column: the
+    table hides the others (rows.Outline), and an ancestor kept for a hidden match alone would
+    stand in the filtered table with no match beneath it."""
+    hit = match_keys(source, query)
+    if col is not None:
+        hit &= source.holding(col)
+    return with_ancestors(source, hit)
 
 
 def has_match(source: Rows, keep: np.ndarray) -> bool:

@@ -108,12 +108,27 @@ class TreeTable(ScrollView, can_focus=True):
             return None
         return int(o.keys[min(self.cursor, len(o) - 1)])
 
+    def hidden_note(self) -> str:
+        """The line below the rows that counts the rows left out for holding none of the metric
+        (Outline), where the report puts its `(49 nodes hidden: …)`; '' when there are none."""
+        n = self.outline.hidden() if self.outline is not None else 0
+        if not n:
+            return ""
+        return f"({n:,} row{'s' if n != 1 else ''} with no {self.metric} hidden; m picks another metric)"
+
+    def _note_row(self) -> int:
+        """The row (0: the first below the column headers) the hidden rows' note is drawn on."""
+        o = self.outline
+        n = len(o) if o is not None else 0
+        return n if n else int(bool(self.empty_message))
+
     def _update_size(self) -> None:
         n = len(self.outline) if self.outline is not None else 0
         # Width 0: rows are cut to the width on screen, never scrolled sideways. A virtual width
         # of the whole widget would add a horizontal scrollbar (the vertical one takes columns),
         # which takes the bottom line and hides the row the cursor moved to.
-        self.virtual_size = Size(0, n + 1)  # +1: the column header line
+        # +1: the column header line; and the hidden rows' note, under the rows.
+        self.virtual_size = Size(0, n + 1 + bool(self.hidden_note()))
 
     def _post(self) -> None:
         k = self.current_key
@@ -205,6 +220,11 @@ class TreeTable(ScrollView, can_focus=True):
         if o is not None and not len(o) and y == 1 and self.empty_message:
             text = set_cell_size("  " + safe_text(self.empty_message), width)
             return Strip([Segment(text, self.rich_style + Style(italic=True))], width)
+        if o is not None and r == self._note_row():
+            note = self.hidden_note()
+            if note:
+                text = set_cell_size("  " + note, width)
+                return Strip([Segment(text, self.rich_style + Style(italic=True, dim=True))], width)
         if o is None or r >= len(o):
             return Strip.blank(width, self.rich_style)
         if self.first_paint is None:
@@ -304,12 +324,15 @@ class TreeTable(ScrollView, can_focus=True):
         # the table needs a scrollbar, and would refuse to scroll until the next layout.
         h = self.visible_rows()
         top = int(self.scroll_offset.y)
+        # On the last row, the note below it comes into view with it.
+        last = self.outline is not None and self.cursor == len(self.outline) - 1 and bool(self.hidden_note())
+        bottom = self.cursor + last
         if center and not (top <= self.cursor < top + h):
             self.scroll_to(y=max(self.cursor - h // 2, 0), animate=False, immediate=True, force=True)
         elif self.cursor < top:
             self.scroll_to(y=self.cursor, animate=False, immediate=True, force=True)
-        elif self.cursor >= top + h:
-            self.scroll_to(y=self.cursor - h + 1, animate=False, immediate=True, force=True)
+        elif bottom >= top + h:
+            self.scroll_to(y=bottom - h + 1, animate=False, immediate=True, force=True)
 
     def move_to(self, r: int) -> None:
         o = self.outline
