@@ -23,8 +23,8 @@ from dlpt.profile import Profile
 from dlpt.sources import snapshot_sources
 from dlpt.viewers.tui import DlptApp
 from dlpt.viewers.tui.detail import render_detail
+from dlpt.viewers.tui.labels import fit_label, frame_label
 from dlpt.viewers.tui.picker import MetricPicker
-from dlpt.viewers.tui.rows import fit_label, frame_label
 
 CPU = str(DATA / "cpu_train_small.dlpt")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlpt.viewers.tui.rows import Rows, TreeRows, frame_label
+from dlpt.viewers.tui.labels import frame_label
+from dlpt.viewers.tui.rows import Rows, TreeRows
 
 
 def _contains(q: str, *texts: str) -> bool:

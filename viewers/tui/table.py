@@ -20,7 +20,8 @@ from textual.strip import Strip
 
 from dlpt.metrics import COL
 from dlpt.viewers.format import bar, fmt_metric, safe_text
-from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline, fit_label
+from dlpt.viewers.tui.labels import fit_label
+from dlpt.viewers.tui.rows import KIND_COLUMNS, FlatRows, Outline
 
 NAME_MIN = 36  # columns are dropped, right to left, before names get narrower than this
 CODE_MARK = "  ▸ "
