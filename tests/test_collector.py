@@ -212,17 +212,24 @@ def test_kill_9_keeps_the_last_snapshot(tmp_path: Path) -> None:
                           "prog.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        snap = tmp_path / "run.dlpt"
         deadline = time.time() + 60
-        while not (tmp_path / "run.dlpt").exists() and time.time() < deadline:
+        while not snap.exists() and time.time() < deadline:
             time.sleep(0.1)
-        time.sleep(1.2)  # a later snapshot, with more of the loop in it
+        with open(snap, "rb") as f:  # the first snapshot, kept (each one replaces the file whole)
+            first_ino = os.fstat(f.fileno()).st_ino
+            (tmp_path / "first.dlpt").write_bytes(f.read())
+        # A later snapshot, with more of the loop in it: wait until another file replaces it.
+        while os.stat(snap).st_ino == first_ino and time.time() < deadline:
+            time.sleep(0.1)
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    prof = dlpt.load(str(tmp_path / "run.dlpt"))
-    assert prof.meta["partial"] is True and prof.meta["snapshots"] >= 1
+    first, prof = dlpt.load(str(tmp_path / "first.dlpt")), dlpt.load(str(snap))
+    assert prof.meta["partial"] is True and prof.meta["snapshots"] > first.meta["snapshots"]
+    loop = marked_lines(tmp_path)["loop"]
     owned = line_owners(prof, "prog.py")
-    assert owned.get(marked_lines(tmp_path)["loop"], 0) > 0, owned
+    assert owned.get(loop, 0) > line_owners(first, "prog.py").get(loop, 0), owned
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import numpy as np
 import pytest
 from conftest import TRACE_NAMES, raw_events, trace_path
@@ -95,11 +98,19 @@ def test_memsets_are_counted_as_memsets():
 
 def test_gpt_train_backward_is_linked_through_its_forward_op():
     prof = load("gpt_train")
-    s = summary(hide_library(prof))
+    s = summary(hide_library(prof), unit="ns")
     gpu = s["gpu_time"]
     assert s["attributed_to_source"] >= 0.995 * gpu
-    # About 60% of the kernel time of a training step is backward work.
-    assert 0.4 * gpu < s["backward_time"] < 0.8 * gpu
+    # Backward work is, to the nanosecond, the GPU time launched inside autograd's
+    # `evaluate_function` ops, read from the raw JSON (5.37 of 8.68 ms, 61.86%).
+    ev = [e for e in raw_events("gpt_train") if e.get("ph") == "X"]
+    bwd = [e for e in ev if e.get("cat") == "cpu_op" and e["name"].startswith("autograd::engine::evaluate_function: ")]
+    launches = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    in_backward = {corr for corr, la in launches.items()
+                   if any((b["pid"], b["tid"]) == (la["pid"], la["tid"]) and b["ts"] <= la["ts"] <= b["ts"] + b["dur"]
+                          for b in bwd)}
+    assert s["backward_time"] == sum(round(e["dur"] * 1000) for e in ev
+                                     if e.get("cat") in GPU_CATS and e["args"].get("correlation") in in_backward)
     assert s["unattributed"] == {}
     # A backward kernel sits under the forward op that created its node, beneath [backward].
     for i in range(len(prof.cct)):
@@ -114,6 +125,40 @@ def test_gpt_train_backward_is_linked_through_its_forward_op():
             break
     else:
         pytest.fail("no backward attention kernel found")
+
+
+def backward_by_forward_context(prof: dlpt.Profile) -> dict[tuple[str, ...], tuple[int, int]]:
+    """(GPU time, host op time) under each `[backward]` marker, by the forward context above it
+    (the labels of the path from the root to the marker's parent)."""
+    out: dict[tuple[str, ...], tuple[int, int]] = {}
+    gpu, cpu = COL["gpu_time"], COL["cpu_time"]
+    for i in range(len(prof.cct)):
+        if prof.frame_of(i).kind == "backward":
+            key = tuple(f.label() for f in prof.call_path(i)[:-1])
+            g, c = out.get(key, (0, 0))
+            out[key] = (g + int(prof.cct.inclusive[i, gpu]), c + int(prof.cct.inclusive[i, cpu]))
+    return out
+
+
+def test_backward_links_by_sequence_number_where_the_trace_has_no_flows(tmp_path):
+    """Every backward op of gpt_train is linked through a `fwdbwd` flow; the same trace with the
+    flows taken out must link each through its sequence number instead, to the same forward op:
+    the last forward op to carry the number (the one that created the autograd node; an op
+    that calls others, like scaled_dot_product_attention around its efficient kernel's op,
+    carries it first). The import with the flows is the oracle."""
+    with gzip.open(trace_path("gpt_train"), "rt") as f:
+        trace = json.load(f)
+    flows = [e for e in trace["traceEvents"] if e.get("cat") == "fwdbwd"]
+    assert len(flows) == 2 * 570  # a start and an end for each backward op
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("cat") != "fwdbwd"]
+    stripped = tmp_path / "gpt_train_noflows.pt.trace.json.gz"
+    with gzip.open(stripped, "wt") as f:
+        json.dump(trace, f)
+    want = backward_by_forward_context(load("gpt_train"))
+    got = backward_by_forward_context(dlpt.load(str(stripped)))
+    assert sum(g for g, _ in want.values()) > 0.5 * input_gpu_ns("gpt_train")
+    assert any(k[-1] == "aten::_scaled_dot_product_efficient_attention" and g > 0 for k, (g, _) in want.items())
+    assert got == want
 
 
 @pytest.mark.parametrize("name", ["threaded", "cudagraph_mlp"])
@@ -187,6 +232,69 @@ def test_cpu_time_metric_ranks_host_ops():
     assert doc["metric"] == "cpu_time"
     assert doc["hotspots"][0]["cpu_time"] > 0
     assert doc["summary"]["cpu_time"] > 0
+
+
+# Host span categories, in the order that breaks a tie of equal start and length (the outer
+# one first), as torch.profiler writes them.
+HOST_KINDS = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
+
+
+def host_spans(name: str) -> dict[tuple, list[tuple[int, int, int, str]]]:
+    """Each host thread's spans from the raw JSON: (start ns, -duration ns, kind, name), sorted."""
+    spans: dict[tuple, list] = {}
+    for e in raw_events(name):
+        if e.get("ph") == "X" and e.get("cat") in HOST_KINDS:
+            start = round(e["ts"] * 1000)
+            spans.setdefault((e["pid"], e["tid"]), []).append((start, -round(e["dur"] * 1000), HOST_KINDS[e["cat"]],
+                                                               e["name"]))
+    return {t: sorted(v) for t, v in spans.items()}
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_host_op_time_fits_in_the_threads_wall(name):
+    """Ops' self times never overlap on a thread, so the host op time (cpu_time, exclusive)
+    fits in the sum over threads of each one's span, first host event's start to last one's end.
+    An op's self time that kept its children's time would not: gpt_train's ops then sum to
+    72.30 ms against 71.09 ms of thread spans (26.36 ms is right), copies' to 410 against 143."""
+    wall = sum(max(s - d for s, d, *_ in v) - v[0][0] for v in host_spans(name).values())
+    cpu = int(load(name).cct.exclusive[:, COL["cpu_time"]].sum())
+    assert 0 < cpu <= wall
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_op_self_time_is_its_duration_less_the_ops_directly_inside(name):
+    """Each op name's host op time (cpu_time, exclusive, over the tree) against the raw JSON:
+    per event, its duration less those of the ops directly inside it on its thread (Python
+    frames and launches may lie between, no other op or annotation). Spans nest by time; one that
+    overruns its parent is cut at the parent's end (Dynamo's `Pregraph bytecode` op in
+    compiled_mlp ends after the Python frame it began in). An op that holds an annotation
+    (compiled_mlp's `CompiledFunction` around `## Call CompiledFxGraph ##`) is left out: what
+    its self time is, less the annotation (torch's rule) or not, is not checked here."""
+    OP, ANNOT = HOST_KINDS["cpu_op"], HOST_KINDS["user_annotation"]
+    want: dict[str, int] = {}
+    holds_annotation: set[str] = set()
+    for spans in host_spans(name).values():
+        stack: list[list] = []  # [end, kind, name, self time] of the spans open around this one
+        for start, neg_dur, kind, op in spans + [(2**62, 0, -1, "")]:  # the sentinel closes all
+            while stack and stack[-1][0] <= start:
+                _, k, closed, self_time = stack.pop()
+                if k == OP:
+                    want[closed] = want.get(closed, 0) + self_time
+            end = min(start - neg_dur, stack[-1][0]) if stack else start - neg_dur
+            around = [x for x in stack if x[1] in (OP, ANNOT)]  # the nearest op or annotation
+            if around and around[-1][1] == OP and kind == OP:
+                around[-1][3] -= end - start
+            if around and around[-1][1] == OP and kind == ANNOT:
+                holds_annotation.add(around[-1][2])
+            stack.append([end, kind, op, end - start])
+    prof = load(name)
+    got: dict[str, int] = {}
+    for i in np.flatnonzero(prof.cct.exclusive[:, COL["cpu_time"]]).tolist():
+        f = prof.frame_of(i)
+        got[f.name] = got.get(f.name, 0) + int(prof.cct.exclusive[i, COL["cpu_time"]])
+    want = {k: v for k, v in want.items() if v and k not in holds_annotation}
+    assert len(want) >= 2 and {k: v for k, v in got.items() if k not in holds_annotation} == want
+    assert holds_annotation == ({"CompiledFunction"} if name == "compiled_mlp" else set())
 
 
 def test_metric_columns_are_consistent():

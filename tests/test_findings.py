@@ -15,6 +15,7 @@ from dlpt import findings as fd
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto import import_traces
+from dlpt.evidence import evidence
 from dlpt.frames import Frame, FrameTable
 from dlpt.idle import blame, idle_column
 from dlpt.metrics import COL, KERNEL
@@ -88,6 +89,26 @@ def test_dataloader_wait_with_and_without(tmp_path):
     assert f.lines == ["train.py:30"] and "num_workers" in f.remedy
     # The same time in the user's own Python (line 10): no data loader to blame.
     assert "dataloader-wait" not in _rules(_loop(tmp_path, host_us=200.0))
+
+
+@pytest.mark.parametrize("loader_us,host_us,kernel_us,holds", [
+    # 30 us of loader in a 330 us host step over a 200 us kernel: the loader is 5.6% of the GPU's
+    # time (over LOADER_DEVICE_SHARE) but 8.9% of its idle (under LOADER_IDLE_SHARE): the idle is
+    # the host's Python.
+    (30.0, 300.0, 200.0, "device"),
+    # 20 us of loader before a 2 ms kernel: 71% of the (little) idle, but 1% of the GPU's time.
+    (20.0, 1.0, 2000.0, "idle"),
+])
+def test_dataloader_wait_needs_both_shares(tmp_path, loader_us, host_us, kernel_us, holds):
+    """The verdict needs the loader's idle to be both a share of the devices' time and of their
+    idle: where only one of the two holds, no verdict (either threshold alone is not enough)."""
+    prof = _loop(tmp_path, loader_us=loader_us, host_us=host_us, kernel_us=kernel_us)
+    e = evidence(prof)
+    s = e.split
+    of_device = s.share(s.loader) >= fd.LOADER_DEVICE_SHARE
+    of_idle = s.loader >= fd.LOADER_IDLE_SHARE * e.w.idle
+    assert (of_device, of_idle) == (holds == "device", holds == "idle")  # exactly one side holds
+    assert "dataloader-wait" not in _rules(prof)
 
 
 def test_gpu_bound_with_and_without(tmp_path):

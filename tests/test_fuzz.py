@@ -7,10 +7,11 @@ import copy
 import gzip
 import json
 import os
+import re
 import tempfile
 
 from conftest import raw_events, trace_path
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import dlpt
@@ -49,7 +50,13 @@ def check_profile(prof: dlpt.Profile) -> None:
     render(hidden, ReportOptions())
 
 
+# What a refusal says is wrong, after the file's name: one of these words is in every message.
+WHAT_IS_WRONG = re.compile(r"\b(damaged|not|neither|empty|cut short|malformed|invalid|missing|unknown|unsupported|no)\b")
+
+
 def load_bytes(data: bytes, suffix: str = ".json"):
+    """The profile read from `data`, or None where dlpt refused it with its own error: one line,
+    `PATH: what is wrong`."""
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "t" + suffix)
         with open(p, "wb") as f:
@@ -57,10 +64,25 @@ def load_bytes(data: bytes, suffix: str = ".json"):
         try:
             prof = dlpt.load(p)
         except DlptError as e:
-            assert str(e) and "\n" not in str(e)
+            msg = str(e)
+            assert "\n" not in msg and msg.startswith(f"{p}: "), msg
+            assert len(msg[len(p) + 2:].split()) >= 3 and WHAT_IS_WRONG.search(msg[len(p) + 2:]), msg
             return None
         check_profile(prof)
         return prof
+
+
+def test_the_inputs_the_fuzzers_damage_load_whole():
+    """The undamaged traces, plain and gzipped, and the profile file load, with all their GPU
+    time: a loader that refused everything would pass the fuzzers below, not this."""
+    for name, doc in BASE.items():
+        gpu = sum(round(e["dur"] * 1000) for e in doc["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+        for data, suffix in ((json.dumps(doc).encode(), ".json"), (gzip.compress(json.dumps(doc).encode()), ".json.gz")):
+            prof = load_bytes(data, suffix)
+            assert prof is not None and gpu > 0 and prof.cct.exclusive[:, COL["gpu_time"]].sum() == gpu, name
+    prof = load_bytes(profile_bytes(), ".dlpt")
+    assert prof is not None and prof.cct.exclusive[:, COL["gpu_time"]].sum() > 0
 
 
 @SETTINGS
@@ -87,11 +109,14 @@ def test_mutated_events(name, edits):
 
 @SETTINGS
 @given(name=st.sampled_from(sorted(BASE)), cut=st.floats(0.0, 1.0), gz=st.booleans())
+@example(name="threaded", cut=1.0, gz=False)
+@example(name="threaded", cut=1.0, gz=True)
 def test_truncated_traces(name, cut, gz):
     data = json.dumps(BASE[name]).encode()
     if gz:
         data = gzip.compress(data)
-    load_bytes(data[: int(len(data) * cut)], ".json.gz" if gz else ".json")
+    prof = load_bytes(data[: int(len(data) * cut)], ".json.gz" if gz else ".json")
+    assert prof is not None or cut < 1.0  # the whole trace, not cut, loads
 
 
 @SETTINGS

@@ -74,18 +74,29 @@ def _by_line(prof: dlpt.Profile, name: str = "prog.py") -> dict[int, int]:
             if fr.kind == "python" and os.path.basename(fr.file) == name}
 
 
+# How far each stretch's host time may be from the program's own timer: (relative, absolute in s),
+# the larger of the two. The errors measured on a loaded 2-core machine (1 ms ticks, 27 runs of
+# PROGRAM, 6 of them with DLPT_DIAG=samplergil) are sampling errors, a few ticks that came late
+# or fell on the line beside: sleep -2.6..+7.0 ms (3.5%); prep -26..+5 ms (8.3%); thread_sleep
+# -24..-4 ms (9.3%: a new thread is found by a scan every 16 ticks); matmul -8.6..-0.7 ms, which
+# is 15% of its shortest run (its 200 matmuls took 30 ms to 1.5 s as the machine's load went),
+# under 3.3% of any run over 0.1 s. So matmul gets 20 ms or 5%, not a share alone.
+TOLERANCE = {"sleep": (0.08, 0.0), "prep": (0.15, 0.0), "matmul": (0.05, 0.02), "thread_sleep": (0.1, 0.0)}
+
+
 def test_host_time_on_the_lines_that_spent_it(recorded: tuple[dlpt.Profile, dict, Path]) -> None:
     prof, truth, tmp = recorded
     text = (tmp / "prog.py").read_text()
     got = _by_line(prof)
-    for marker, key, tol in (("# SLEEP", "sleep", 0.1), ("# PREP", "prep", 0.15), ("# MATMUL", "matmul", 0.25),
-                             ("# THREAD_SLEEP", "thread_sleep", 0.1)):
+    for marker, key in (("# SLEEP", "sleep"), ("# PREP", "prep"), ("# MATMUL", "matmul"),
+                        ("# THREAD_SLEEP", "thread_sleep")):
         line = _line(text, marker)
         # The pure-Python loop hands the GIL to the sampler at its loop head or its calls: its
         # time may sit on the `while` line above the marker, so the function's lines count.
         lines = {line, line - 1} if key == "prep" else {line}
         have = sum(got.get(n, 0) for n in lines) / 1e9
-        assert have == pytest.approx(truth[key], rel=tol), (key, have, truth[key], got)
+        rel, abs_ = TOLERANCE[key]
+        assert have == pytest.approx(truth[key], rel=rel, abs=abs_), (key, have, truth[key], got)
 
 
 def test_thread_host_time_sits_under_its_thread(recorded: tuple[dlpt.Profile, dict, Path]) -> None:
@@ -112,8 +123,11 @@ def test_host_time_is_conserved_and_bounded_by_the_window(recorded: tuple[dlpt.P
     wall = win["end"] - win["start"]
     main_thread = sum(truth[k] for k in ("prep", "sleep", "matmul")) * 1e9
     assert wall >= main_thread
-    # Two threads: the main thread's time plus the loader's sleep, no more than both windows.
-    assert main_thread * 0.9 <= inc[0] <= 2 * wall
+    # Two threads: the main thread's, which holds the window (test_oracles: 99-100% of it), and
+    # the loader's, which only sleeps. Measured in 27 runs (see TOLERANCE): 97.6-99.8% of the
+    # window plus the loader's sleep, the missing part the loader's (found up to 16 ticks late).
+    both = wall + truth["thread_sleep"] * 1e9
+    assert 0.95 * both <= inc[0] <= 1.02 * both, (inc[0], wall, truth)
 
 
 def test_the_main_thread_is_read_without_the_gil() -> None:
@@ -250,5 +264,6 @@ def test_the_sampler_reading_every_thread_with_the_gil_puts_time_on_the_same_lin
     assert r.returncode == 0, r.stderr
     prof, truth = dlpt.load(str(tmp_path / "run.dlpt")), json.loads((tmp_path / "truth.json").read_text())
     got, text = _by_line(prof), (tmp_path / "prog.py").read_text()
-    for marker, key, tol in (("# SLEEP", "sleep", 0.1), ("# MATMUL", "matmul", 0.25)):
-        assert got.get(_line(text, marker), 0) / 1e9 == pytest.approx(truth[key], rel=tol), (key, got)
+    for marker, key in (("# SLEEP", "sleep"), ("# MATMUL", "matmul")):
+        rel, abs_ = TOLERANCE[key]
+        assert got.get(_line(text, marker), 0) / 1e9 == pytest.approx(truth[key], rel=rel, abs=abs_), (key, got)

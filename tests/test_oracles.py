@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 from conftest import DATA, FIXTURES, TRACE_NAMES, trace_path
+from kineto_builder import TraceBuilder
 
 import dlpt
 from dlpt.collectors.kineto import import_traces
@@ -22,7 +23,7 @@ from dlpt.idle import IDLE_STARTUP, IDLE_UNATTRIBUTED
 from dlpt.metrics import COL, is_collective
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.hotspots import summary
-from dlpt.views import GROUPINGS, flat, group_key
+from dlpt.views import GROUPINGS, flat
 
 # Profiles `dlpt record` wrote on the GPU machine (H100: gpu_train_small; H200: gpu_truth from bench/workloads/truth.py and the gpu_case_* from `bench/run.py gpu-cases`).
 RECORDED = ("gpu_train_small", "gpu_truth", "gpu_case_copies", "gpu_case_cudagraph", "gpu_case_threaded")
@@ -42,6 +43,16 @@ KIND_COLUMNS = {
 # (the GPU's idle gaps blamed on host lines), sync_time (blocking CUDA calls), comm_wait_time (ranks
 # read together), alloc_bytes / alloc_count / peak_bytes (the caching allocator's events).
 ACTIVITY_COLUMNS = ["gpu_time", "comm_time", *sorted({c for cols in KIND_COLUMNS.values() for c in cols if c})]
+# The key each flat grouping (`--by`) gives a frame, or None where it gives none: written out here
+# rather than taken from dlpt.views.group_key, which is under test. A function is its file and
+# name (two `forward`s of two files are two functions); activities are kernels, copies, memsets.
+GROUP_KEYS = {
+    "line": lambda f: (f.file, f.line) if f.kind == "python" and f.file and f.line > 0 else None,
+    "function": lambda f: (f.file, f.function or f.name) if f.kind == "python" else None,
+    "file": lambda f: (f.file,) if f.kind == "python" and f.file else None,
+    "kernel": lambda f: (f.kind, f.name) if f.kind in ("kernel", "memcpy", "memset") else None,
+    "op": lambda f: (f.name,) if f.kind == "op" else None,
+}
 OWN_BOOKS = ["cpu_time", "host_time", "gpu_idle_time", "sync_time", "comm_wait_time",
              "alloc_bytes", "alloc_count", "peak_bytes"]
 
@@ -102,6 +113,7 @@ def as_column(counter: Counter, n: int) -> np.ndarray:
 
 def test_every_column_is_checked_by_one_rule() -> None:
     assert sorted(ACTIVITY_COLUMNS + OWN_BOOKS) == sorted(COL)  # a new metric needs a rule here
+    assert tuple(GROUP_KEYS) == GROUPINGS  # and a new grouping a key
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -202,24 +214,38 @@ def test_recorded_inclusive_views_and_summary_from_activities(name: str) -> None
         assert np.array_equal(view.cct.exclusive[:, gpu], as_column(recomputed_exclusive(view)["gpu_time"],
                                                                      len(view.cct)))
         # Flat views: an activity belongs to the innermost frame on its path that has a key in
-        # the grouping (exclusive), and once to every group on its path (inclusive).
-        for by in GROUPINGS:
+        # the grouping (exclusive), else to the view's last row, the one for no key; and once to
+        # every key on its path (inclusive). Every frame in the tree with a key is one row.
+        for by, key in GROUP_KEYS.items():
             fv = flat(view, by)
-            group_of = {group_key(f, by): g for g, f in enumerate(fv.frame)}
+            want_keys = {key(view.frame_of(i)) for i in range(1, len(view.cct))} - {None}
             exc, incl = Counter(), Counter()
             for node, _, dur, *_ in vrows:
-                keys = [group_key(view.frame_of(a), by) for a in ancestors(view, node)]
-                keys = [k for k in keys if k is not None]
-                if keys:
-                    exc[group_of[keys[0]]] += dur
-                for k in set(keys):
-                    incl[group_of[k]] += dur
-            no_key = total - sum(exc.values())
-            assert np.array_equal(fv.exclusive[:, gpu], as_column(exc, len(fv.frame)) + np.array(
-                [no_key if k is None else 0 for k in map(lambda f: group_key(f, by), fv.frame)])), by
-            keyed = [g for g, f in enumerate(fv.frame) if group_key(f, by) is not None]
-            assert np.array_equal(fv.inclusive[keyed, gpu], as_column(incl, len(fv.frame))[keyed]), by
+                on_path = [k for k in (key(view.frame_of(a)) for a in ancestors(view, node)) if k is not None]
+                exc[on_path[0] if on_path else None] += dur
+                for k in set(on_path):
+                    incl[k] += dur
+            got_keys = [key(f) for f in fv.frame]  # each row's key, from its representative frame
+            assert got_keys[-1] is None and set(got_keys[:-1]) == want_keys, by
+            assert len(got_keys) - 1 == len(want_keys), by  # one row per key, none merged or split
+            assert {k: int(v) for k, v in zip(got_keys, fv.exclusive[:, gpu]) if v} == +exc, by
+            assert {k: int(v) for k, v in zip(got_keys[:-1], fv.inclusive[:-1, gpu]) if v} == +incl, by
             assert int(fv.exclusive[:, gpu].sum()) == total, by
+
+
+def test_flat_by_function_keeps_same_named_functions_of_different_files_apart(tmp_path) -> None:
+    """Two `forward`s, one in a.py launching a 30 us kernel and one in b.py launching a 50 us
+    one: grouped by function they are two rows, 30 and 50 us, not one of 80 us."""
+    tb = TraceBuilder()
+    tb.py(1, "<module>", 0.0, 400.0)
+    tb.py(10, "forward", 10.0, 100.0, file="/src/a.py")
+    tb.kernel(20.0, 5.0, 30.0, 30.0, name="ka")
+    tb.py(20, "forward", 200.0, 100.0, file="/src/b.py")
+    tb.kernel(210.0, 5.0, 220.0, 50.0, name="kb")
+    fv = flat(import_traces(str(tb.write(tmp_path / "two.pt.trace.json.gz"))), "function")
+    got = {(f.file, f.function): int(t) for f, t in zip(fv.frame, fv.exclusive[:, COL["gpu_time"]])
+           if f.kind == "python"}
+    assert got == {("/src/a.py", "forward"): 30_000, ("/src/b.py", "forward"): 50_000, ("train.py", "<module>"): 0}
 
 
 # --- The Kineto importer against torch's own totals --------------------------------------------

@@ -7,6 +7,7 @@ same attribution GPU time takes — exit statuses, and how the program is run.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -121,8 +122,16 @@ def test_backward_under_the_forward_line(model_run) -> None:
                 found += int(prof.cct.inclusive[i, CPU])
     assert any("AddmmBackward0" in n for n in sub), sub
     assert found > 0
-    # The backward() line itself keeps only its own bookkeeping, not the gradient math.
-    assert prof.cct.inclusive[:, CPU].max() > 0
+    # The backward() line itself keeps only its own bookkeeping (the engine's `evaluate_function`
+    # wrappers, AccumulateGrad of the leaves), not the gradient math: no backward node's op
+    # (`AddmmBackward0`, `ReluBackward0`, ...) beneath it; those are all under forward lines.
+    line = line_of(tmp, "prog.py", "BACKWARD")
+    nodes = [i for i in range(len(prof.cct)) if prof.frame_of(i).kind == "python"
+             and prof.frame_of(i).line == line and prof.frame_of(i).file.endswith("prog.py")]
+    assert nodes and int(prof.cct.inclusive[nodes, CPU].sum()) > 0
+    beneath = {prof.frame_of(j).name for i in nodes for j in range(i, int(prof.cct.end[i]))}
+    assert any(n.startswith("autograd::engine::evaluate_function: AddmmBackward0") for n in beneath), beneath
+    assert not [n for n in beneath if re.fullmatch(r"\w+Backward\d+", n)], beneath
 
 
 def test_thread_work_on_its_own_lines_under_the_start_line(model_run) -> None:

@@ -4,6 +4,7 @@ file unless told otherwise (the CPU build of torch, real programs)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,10 +25,17 @@ print("dev_mode", sys.flags.dev_mode, "optimize", sys.flags.optimize, flush=True
 """
 
 
-def run(tmp: Path, *args: str, script: str = PROG, name: str = "prog.py") -> subprocess.CompletedProcess:
+def run(tmp: Path, *args: str, script: str = PROG, name: str = "prog.py", **kw) -> subprocess.CompletedProcess:
     (tmp / name).write_text(textwrap.dedent(script))
     return subprocess.run([sys.executable, "-m", "dlpt", "record", *args], cwd=tmp, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, **kw)
+
+
+def sigint_at_its_default() -> None:
+    """preexec_fn: SIGINT at its default, as for a program started from a shell prompt. A test
+    run started in the background (`pytest … &`, nohup) inherits SIGINT ignored, which python,
+    and dlpt with it, keeps ignored: the program's own Ctrl-C would then do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_start_line_on_stderr_and_quiet_silences_it(tmp_path: Path) -> None:
@@ -83,9 +91,11 @@ def test_ctrl_c_traceback_shows_only_the_programs_frames(tmp_path: Path, how: st
     if how == "api":
         body = "with dlpt.profile('api.dlpt', quiet=True):\n    train()"
         (tmp_path / "prog.py").write_text(INTERRUPTED.format(body=body))
-        r = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           preexec_fn=sigint_at_its_default)
     else:
-        r = run(tmp_path, "-o", "cli.dlpt", "prog.py", script=INTERRUPTED.format(body="train()"))
+        r = run(tmp_path, "-o", "cli.dlpt", "prog.py", script=INTERRUPTED.format(body="train()"),
+                preexec_fn=sigint_at_its_default)
     assert "KeyboardInterrupt" in r.stderr, r.stderr
     frames = [ln for ln in r.stderr.splitlines() if ln.strip().startswith('File "')]
     assert frames and all("prog.py" in ln for ln in frames), r.stderr
