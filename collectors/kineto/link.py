@@ -148,14 +148,17 @@ class _Spans:
 
 
 def _op_self_time(spans: _Spans) -> list[int]:
-    """Self time of each op (`spans.ops`): its duration less that of the ops directly inside it,
-    found by climbing from each op through Python frames and launches to the nearest op or
-    annotation (all ops at once, one level per step). An annotation stops the climb: time under
-    it is not the enclosing op's."""
+    """Self time of each op (`spans.ops`): its duration less that of the ops and annotations
+    directly inside it, found by climbing from each through Python frames and launches to the
+    nearest op or annotation (all at once, one level per step). An annotation is a child, as in
+    torch's own tables (a `record_function` span): time under it is not the enclosing op's — a
+    `CompiledFunction` keeps none of the `## Call CompiledFxGraph ##` span inside it, whose ops
+    have their own — and the ops inside it are subtracted from nothing (it has no self time)."""
     kind, start, end, ops = spans.kind, spans.start, spans.end, spans.ops
     par = np.asarray(spans.parent, dtype=np.int64)
     child_time = np.zeros(len(kind), dtype=np.int64)
-    inner = ops[par[ops] >= 0]
+    both = np.union1d(ops, np.flatnonzero(kind == ANNOT))
+    inner = both[par[both] >= 0]
     q = par[inner]
     climb = np.flatnonzero((kind[q] != OP) & (kind[q] != ANNOT))
     while len(climb):
