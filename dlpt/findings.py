@@ -26,7 +26,7 @@ import numpy as np
 
 from dlpt.evidence import SHORT_KERNEL_NS, Evidence, column, evidence
 from dlpt.frames import is_library, short_path
-from dlpt.metrics import COL, HTOD
+from dlpt.metrics import COL, HTOD, fmt_time
 from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
@@ -78,18 +78,6 @@ class Finding:
         return asdict(self)
 
 
-def _t(ns: float) -> str:
-    """A duration in the unit that reads best (the model does not import the viewers' units)."""
-    ns = float(ns)
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
-
-
 def _of(e: Evidence, part: float) -> str:
     return f"{e.split.share(part):.0%} of the {e.of}'s GPU time"
 
@@ -129,7 +117,7 @@ def launch_bound(e: Evidence) -> Finding | None:
         return None
     top = e.lines.top(s.lines_launch) or e.lines.top(s.lines_short)
     figure = (f"GPU idle {_of(e, s.launch)} between launches; {s.short_kernels} of {s.kernels} kernels under "
-              f"{_t(SHORT_KERNEL_NS)} (mean {_t(s.short_mean)})")
+              f"{fmt_time(SHORT_KERNEL_NS)} (mean {fmt_time(s.short_mean)})")
     if e.traits.graphed:
         remedy = ("the program already replays CUDA graphs: these launches run outside them, one Python line at "
                   "a time — bring that code into the compiled or captured region (look for graph breaks: "
@@ -265,8 +253,8 @@ def sync_in_loop(e: Evidence) -> Finding | None:
     nz = np.flatnonzero(sync)
     what, where = _sync_kind(profile, nz, sync[nz].astype(np.float64))
     place = f"{short_path(top[0].rpartition(':')[0])}:{top[0].rpartition(':')[2]}"
-    figure = (f"the host waited for the GPU {w.sync_time / wall:.1%} of the wall time ({_t(w.sync_time)}); "
-              f"{place}: {_t(first)}")
+    figure = (f"the host waited for the GPU {w.sync_time / wall:.1%} of the wall time ({fmt_time(w.sync_time)}); "
+              f"{place}: {fmt_time(first)}")
     if s.device:
         figure = f"GPU idle {_of(e, s.after_sync)} after syncs: " + figure
     if where:
@@ -298,7 +286,7 @@ def pageable_copies(e: Evidence) -> Finding | None:
     share = e.split.share(e.split.pageable) if e.split.device else None
     return Finding(
         "pageable-copies", e.lines.top(e.lines.sums(per_node)),
-        f"host-to-device copies from pageable memory {_t(total)} ({total / wall:.1%} of the wall time, "
+        f"host-to-device copies from pageable memory {fmt_time(total)} ({total / wall:.1%} of the wall time, "
         f"{nbytes / 2**20:.1f} MiB in {count} copies)",
         "copies from pageable memory are staged and block the host: pin the source "
         "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)",
@@ -313,7 +301,7 @@ def dataloader_wait(e: Evidence) -> Finding | None:
     if s.share(s.loader) < LOADER_DEVICE_SHARE or s.loader < LOADER_IDLE_SHARE * w.idle:
         return None
     top = e.lines.top(s.lines_loader)
-    figure = f"GPU idle {_t(raw)} ({_of(e, s.loader)}) while the data loader fetched batches"
+    figure = f"GPU idle {fmt_time(raw)} ({_of(e, s.loader)}) while the data loader fetched batches"
     t = e.traits
     pin = "" if t.pinned or t.loader_pinned else ", pin_memory=True"
     if t.loader_workers is not None and t.loader_workers != 0:
@@ -355,10 +343,10 @@ def compile_time(e: Evidence) -> Finding | None:
     share = compiling / run
     if share < COMPILE_RUN_SHARE and not again:
         return None
-    figure = f"compiling took {_t(compiling)} of the run's {_t(run)} ({share:.0%})"
+    figure = f"compiling took {fmt_time(compiling)} of the run's {fmt_time(run)} ({share:.0%})"
     if again:
         figure += (f"; it compiled {len(again)} more time{'s' if len(again) > 1 else ''} after the steady state "
-                   f"began ({_t(sum(s[1] - s[0] for s in again))})")
+                   f"began ({fmt_time(sum(s[1] - s[0] for s in again))})")
     remedy = ("compiling is one-off work: Inductor caches its results (keep TORCHINDUCTOR_CACHE_DIR between "
               "runs; the FX-graph and AOTAutograd caches are on by default), max-autotune only pays in long "
               "runs, and a benchmark should time the steps after it")
@@ -429,7 +417,7 @@ def rank_wait(e: Evidence) -> Finding | None:
     if not span or waited < RANK_WAIT_SHARE * span:
         return None
     share = min(waited / span, 1.0)
-    figure = (f"rank {who} waited {_t(waited)} in collectives for another rank ({share:.0%} of "
+    figure = (f"rank {who} waited {fmt_time(waited)} in collectives for another rank ({share:.0%} of "
               f"{of_what}, estimated from the ranks' start times)")
     if verdict is None:
         return Finding("rank-wait", [], figure + RANK_WHY + "no rank computes more than the others",
@@ -441,11 +429,11 @@ def rank_wait(e: Evidence) -> Finding | None:
     if verdict["line"]:
         ln = verdict["line"]
         top = [f"{ln['file']}:{ln['line']}"]
-        where = f", most on {short_path(ln['file'])}:{ln['line']} (+{_t(ln['excess'])})"
+        where = f", most on {short_path(ln['file'])}:{ln['line']} (+{fmt_time(ln['excess'])})"
     what = "GPU time" if verdict["metric"] == "gpu_time" else "host time"
     return Finding(
         "rank-wait", top,
-        figure + RANK_WHY + f"rank {verdict['rank']} spends {_t(verdict['excess'])} more {what} than the others{where}",
+        figure + RANK_WHY + f"rank {verdict['rank']} spends {fmt_time(verdict['excess'])} more {what} than the others{where}",
         f"every rank waits for the slowest at each collective: balance rank {verdict['rank']}'s work "
         "(equal batch and sequence lengths per rank), move work that one rank does alone (logging, "
         "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers",

@@ -87,6 +87,31 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_time(ns: float) -> str:
+    """A duration for people, in the unit that reads best: `812 ns`, `3.4 us`, `12.35 ms`,
+    `1.20 s` (every view, export and the diagnosis: one way to write a time)."""
+    ns = float(ns)
+    a = abs(ns)
+    if a == 0:
+        return "0"
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} us"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def fmt_metric(metric: str, v: float) -> str:
+    """A metric's value in its unit: a time, bytes, or a count."""
+    if metric in TIME_METRICS:
+        return fmt_time(v)
+    if metric in BYTE_METRICS:
+        return fmt_bytes(v)
+    return f"{int(v):,}"
+
+
 # Collective communication, by name. Kernels: NCCL's (ncclDevKernel_*, ncclKernel_*) and RCCL's,
 # the libraries whose collectives run as GPU kernels under torch.distributed. Host ops: the
 # c10d dispatcher ops (c10d::allreduce_, ...) and the spans the process-group backends open

@@ -1,32 +1,11 @@
 """Human units and names, shared by the text report, the diff, the exporters and the TUI.
-(`fmt_bytes` and `short_kernel_name` live in the model, which uses them too.)"""
+(`fmt_time`, `fmt_bytes`, `fmt_metric` and `short_kernel_name` live in the model, which uses
+them too: one way to write each unit.)"""
 
 from __future__ import annotations
 
 from dlpt.frames import short_kernel_name
-from dlpt.metrics import BYTE_METRICS, TIME_METRICS, fmt_bytes
-
-
-def fmt_time(ns: float) -> str:
-    ns = float(ns)
-    a = abs(ns)
-    if a == 0:
-        return "0"
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.1f} us"
-    if a < 1e9:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e9:.2f} s"
-
-
-def fmt_metric(metric: str, v: float) -> str:
-    if metric in TIME_METRICS:
-        return fmt_time(v)
-    if metric in BYTE_METRICS:
-        return fmt_bytes(v)
-    return f"{int(v):,}"
+from dlpt.metrics import fmt_bytes, fmt_metric, fmt_time
 
 
 def fmt_bandwidth(nbytes: float, ns: float) -> str:
