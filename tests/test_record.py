@@ -90,7 +90,7 @@ def test_runs_like_python_and_default_output(model_run) -> None:
     assert r.returncode == 0, r.stderr
     # The program's own flags, -o included, pass through; __main__ and sys.path[0] as python sets them.
     assert "args ['--lr', '0.1', '-o', 'x'] __main__ True" in r.stdout
-    assert "no GPU seen; recording host op time (cpu_time) only" in r.stderr
+    assert "no GPU seen; recording host time (host_time) and host op time (cpu_time) only" in r.stderr
     assert "dlpt view dlpt-prog." in r.stderr
     assert prof.meta["source"] == "record" and prof.meta["torch_version"] == torch.__version__
     assert prof.meta["exit_status"] == 0

@@ -32,7 +32,9 @@ from dlpt.profile import Profile
 from dlpt.ranks import rank_info
 from dlpt.version import __version__
 
-NO_GPU_NOTICE = "no GPU seen; recording host op time (cpu_time) only"
+# The two host metrics by their names everywhere (report header, picker, README): host time
+# (host_time, the sampler's wall time on each line) and host op time (cpu_time, inside ops).
+NO_GPU_NOTICE = "no GPU seen; recording host time (host_time) and host op time (cpu_time) only"
 SNAPSHOT_SECONDS = 5.0
 
 # The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
@@ -197,7 +199,7 @@ class Recorder:
         self.mod.memory_step(self.step_count)  # the peak's step counts from the program's steps
         self.on = True
         if self.device_error and not self.quiet:
-            notice(f"no GPU activity will be recorded ({self.device_error}); recording host op time only"
+            notice(f"no GPU activity will be recorded ({self.device_error}); recording host time and host op time only"
                    " — is another profiler (torch.profiler, Nsight) using CUPTI?")
 
     def _switch_off(self) -> None:
