@@ -297,3 +297,34 @@ def test_diff_page_in_browser(browser, tmp_path):
     down = browser.eval("document.querySelectorAll('#diff tbody tr.down').length")
     rows = data_of(out.read_text(encoding="utf-8"))["diff"]["rows"]
     assert (up, down) == (sum(r["delta"] > 0 for r in rows), sum(r["delta"] < 0 for r in rows))
+
+
+def test_names_wrap_between_words_and_the_diff_page_has_no_source_pane(browser, pages, tmp_path):
+    """Issue #34: file names in the line column wrapped mid-word; the diff page showed a lone
+    "Source" heading. In a narrow column, a name breaks only at a space or after a path's `/`
+    (each character's line read from the layout); the diff page shows no source box."""
+    b = browser
+    _open(b, pages["gpu"])
+    b.eval("document.getElementById('table-box').style.flex = 'none';"
+           "document.getElementById('table-box').style.width = '420px'")
+    breaks = b.eval("""(() => { const out = [];
+      for (const td of Array.from(document.querySelectorAll('#table tbody td.name')).slice(0, 20)) {
+        const text = td.textContent, r = document.createRange(); let prev = null, top = null;
+        const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT); let node, k = 0;
+        while ((node = walker.nextNode())) for (let i = 0; i < node.length; i++, k++) {
+          r.setStart(node, i); r.setEnd(node, i + 1); const y = r.getBoundingClientRect().top;
+          if (top !== null && y > top + 2 && prev !== ' ' && prev !== '/' && text[k] !== ' ')
+            out.push(text.slice(Math.max(0, k - 12), k) + '|' + text.slice(k, k + 12));
+          top = y; prev = text[k]; }
+      } return out; })()""")
+    wrapped = b.eval("Array.from(document.querySelectorAll('#table tbody td.name')).slice(0, 20)"
+                     ".some(td => td.getBoundingClientRect().height > 24)")
+    assert wrapped, "the narrow column makes some names wrap: the check above has lines to read"
+    assert breaks == [], breaks
+    out = tmp_path / "diff.html"
+    r = dlpt("diff", str(PROFILES["gpu"]), str(DATA / "gpu_nanogpt_b8.dlpt"), "-f", "html", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    _open(b, out)
+    assert b.eval("document.getElementById('source-box').getClientRects().length") == 0
+    assert b.eval("document.getElementById('diff-box').getClientRects().length") > 0
+    assert b.errors() == []

@@ -9,6 +9,13 @@ const el = (tag, text, cls) => {
   if (cls) e.className = cls;
   return e;
 };
+// A name cell: a path may wrap after each `/`, never inside a file name or a word (the text is
+// set in pieces, with <wbr> between them: still text only, and textContent stays the name).
+const nameCell = (text) => {
+  const td = el("td", null, "name"), parts = String(text).split(/(?<=\/)/);
+  parts.forEach((p, i) => { if (i) td.appendChild(document.createElement("wbr")); td.appendChild(document.createTextNode(p)); });
+  return td;
+};
 
 function fmt(unit, v) {
   const a = Math.abs(v);
@@ -131,7 +138,7 @@ function drawTable() {
     tr.appendChild(el("td", pct(self[i], total)));
     tr.appendChild(el("td", fmt(unit, self[i])));
     tr.appendChild(el("td", fmt(unit, tot[i])));
-    const name = el("td", r[0], "name");
+    const name = nameCell(r[0]);
     if (r[4]) name.title = r[4];
     tr.appendChild(name);
     if (state.by === "line") tr.appendChild(el("td", r[1], "code"));
@@ -220,7 +227,7 @@ function drawDiff() {
     tr.appendChild(el("td", r.percent === null ? "new" : (r.percent > 0 ? "+" : "") + r.percent.toFixed(1) + "%", cls));
     tr.appendChild(el("td", fmt(unit, r.before)));
     tr.appendChild(el("td", fmt(unit, r.after)));
-    tr.appendChild(el("td", r.label, "name"));
+    tr.appendChild(nameCell(r.label));
     tr.appendChild(el("td", r.code, "code"));
     tr.appendChild(el("td", r.match));
   }
