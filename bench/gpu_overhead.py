@@ -402,7 +402,8 @@ class Bench:
         self.save()
 
     # ---- CUDA-graph replays: whole processes, the programs' own timers
-    GRAPH_CONFIGS = (("unprofiled", []), ("dlpt", ["node"]), ("dlpt graph", ["graph"]), ("torch.profiler cuda", None))
+    GRAPH_CONFIGS: tuple[tuple[str, str | None], ...] = (("unprofiled", ""), ("dlpt", "node"), ("dlpt graph", "graph"),
+                                                        ("torch.profiler cuda", None))
 
     def part_graphs(self) -> None:
         a = self.a
