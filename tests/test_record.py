@@ -395,6 +395,10 @@ def test_cuda_graph_trace_reaches_the_collector_and_the_header(tmp_path: Path) -
     assert r.stdout.strip() == "graph"
     bad = record(tmp_path, "print(1)\n", extra=("--cuda-graph-trace", "kernels", "--force"))
     assert bad.returncode == 2 and bad.stderr.startswith("dlpt: ") and bad.stderr.count("\n") == 1, bad.stderr
+    # Not with --steps (untried there): one line, before the program runs.
+    windowed = record(tmp_path, "print('ran')\n", extra=("--cuda-graph-trace", "graph", "--steps", "1:2", "--force"))
+    assert windowed.returncode == 2 and "ran" not in windowed.stdout, windowed.stderr
+    assert windowed.stderr.startswith("dlpt: --cuda-graph-trace graph is not supported with --steps"), windowed.stderr
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
     assert not any(ln.startswith("CUDA graphs:") for ln in header(prof, "cpu_time"))
     graphed = replace(prof, meta={**prof.meta, "collector": {**prof.meta.get("collector", {}), "graph_trace": "graph",
