@@ -30,6 +30,7 @@ def parse_steps(steps: str | tuple[int, int] | None) -> tuple[int, int] | None:
 class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
     """Record the code inside the `with` block; save to `path` (if given) when it ends.
 
+    `name` is what the header calls the run (default: the process's command line).
     `steps="A:B"` records steps A..B-1 only, counting optimizer steps or `dlpt.step()` calls;
     with a `path`, the profile so far is also written there every few seconds while the block
     runs, so a crash keeps it. An existing file at `path` is an error before the block runs,
@@ -38,8 +39,9 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
     """
 
     def __init__(self, path: str | None = None, *, steps: str | tuple[int, int] | None = None,
-                 force: bool = False, quiet: bool = False) -> None:
+                 force: bool = False, quiet: bool = False, name: str | None = None) -> None:
         self.path = path
+        self.name = name  # what the profile's header calls the run (default: the command line)
         self.steps = parse_steps(steps)
         self.force = force
         self.quiet = quiet
@@ -51,7 +53,7 @@ class profile:  # noqa: N801 - reads like torch.profiler.profile on purpose
 
         # Under torchrun every rank records: each writes its own file (run.rank1.dlpt).
         self.path = output_path(self.path)
-        rec = Recording(self.path, command=" ".join(sys.argv), name=self.path or "dlpt.profile",
+        rec = Recording(self.path, command=self.name or " ".join(sys.argv), name=self.name or self.path or "dlpt.profile",
                         owns_process=False, steps=self.steps, force=self.force, quiet=self.quiet,
                         hint="pass force=True to overwrite it")
         rec.start()

@@ -22,12 +22,26 @@ def read_source(path: str) -> str | None:
 
 def _read(path: str) -> str | None:
     try:
-        if not os.path.isfile(path) or os.path.getsize(path) > MAX_SOURCE_BYTES:
+        if not os.path.isfile(path):
+            return _in_memory(path)
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
             return None
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
     except OSError:
         return None
+
+
+def _in_memory(path: str) -> str | None:
+    """Code that exists only in this process's linecache: a notebook cell (IPython registers each
+    cell's text under a made-up file name, `/tmp/ipykernel_…/….py`), an `exec` registered there."""
+    import linecache
+
+    entry = linecache.cache.get(path)
+    if entry is None or len(entry) < 3 or not entry[2]:
+        return None
+    text = "".join(entry[2])
+    return text if len(text) <= MAX_SOURCE_BYTES else None
 
 
 def snapshot_sources(profile: Profile, roots: list[str]) -> dict[str, str]:

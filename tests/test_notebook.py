@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html as html_mod
 import json
+import os
 
 import pytest
 
@@ -21,7 +22,8 @@ def test_cell_magic_records_and_shows_the_view(tmp_path):
         nbformat.v4.new_code_cell("%load_ext dlpt"),
         nbformat.v4.new_code_cell("%%dlpt\nimport torch\nx = torch.randn(64, 64)\nfor _ in range(3):\n"
                                   "    y = (x @ x).relu().sum()"),
-        nbformat.v4.new_code_cell("print(repr(_dlpt))\nprint(_dlpt.path)"),
+        nbformat.v4.new_code_cell("print(repr(_dlpt))\nprint(_dlpt.path)\nprint(_dlpt.meta['command'])\n"
+                                  "print(any('(x @ x).relu()' in t for t in _dlpt.sources.values()))"),
     ]
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = nb.cells[1].outputs
@@ -33,6 +35,11 @@ def test_cell_magic_records_and_shows_the_view(tmp_path):
     assert {"aten::mm", "aten::matmul"} & ops, ops  # the cell's matrix product is in the view
     assert any(f[0] == "python" and f[3] == 4 for f in data["frames"].values())  # under its line of the cell
     text = "".join(o.get("text", "") for o in nb.cells[2].outputs)
-    line, path = text.strip().splitlines()
+    line, path, command, has_code = text.strip().splitlines()
     assert line.startswith("<dlpt.Profile ") and "_time " in line and len(line) < 200
     assert path.endswith(".dlpt")
+    # Issue #34: the run is the cell (not `ipykernel_launcher.py -f …`), the cell's lines carry its
+    # code (IPython keeps it in linecache only), and its temporary profile goes with the kernel.
+    assert command == "%%dlpt cell [2]", command
+    assert has_code == "True"
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path)), path

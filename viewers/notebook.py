@@ -44,6 +44,21 @@ def _parse(line: str) -> tuple[str | None, str | None]:
     return path, steps
 
 
+_CELL_DIR: list[str] = []
+
+
+def _cell_dir() -> str:
+    """The folder of this kernel's cell profiles without a path of their own: one per process,
+    removed when the kernel exits (`_dlpt.path` stays readable while it runs)."""
+    if not _CELL_DIR:
+        import atexit
+        import shutil
+
+        _CELL_DIR.append(tempfile.mkdtemp(prefix="dlpt-cells-"))
+        atexit.register(shutil.rmtree, _CELL_DIR[0], True)
+    return _CELL_DIR[0]
+
+
 def dlpt_cell(line: str, cell: str, shell: Any) -> Profile | None:
     """Run `cell` in the notebook's namespace under `dlpt.profile(path, force=True)`, then show
     the result. A fresh temporary file when no path is given."""
@@ -54,10 +69,11 @@ def dlpt_cell(line: str, cell: str, shell: Any) -> Profile | None:
     except DlptError as e:
         print(f"dlpt: {e}")
         return None
+    count = getattr(shell, "execution_count", None)
     if path is None:
-        fd, path = tempfile.mkstemp(prefix="dlpt-cell-", suffix=".dlpt")
-        os.close(fd)
-    rec = profile(path, steps=steps, force=True, quiet=True)
+        path = os.path.join(_cell_dir(), f"cell-{count}.dlpt" if count is not None else "cell.dlpt")
+    # The run is the cell, not the kernel's command line (`ipykernel_launcher.py -f …`).
+    rec = profile(path, steps=steps, force=True, quiet=True, name=f"%%dlpt cell [{count}]" if count else "%%dlpt cell")
     try:
         with rec:
             shell.run_cell(cell)
