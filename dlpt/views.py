@@ -167,11 +167,14 @@ def no_group_label(cct: CCT, frames: list[Frame], owner: np.ndarray, by: str) ->
     top = np.maximum.accumulate(np.where(cct.depth == 1, idx, 0))
     times = [c for m, c in COL.items() if m in TIME_METRICS and m != "gpu_time"]
     weight = cct.exclusive[none][:, times].sum(axis=1) if times else np.zeros(len(none))
+    # Summed per top-level node in numpy (a trace without stacks has most of its nodes here);
+    # the root's own work has top 0. Only the few distinct tops are named in Python.
+    live = weight > 0
+    tops, where = np.unique(np.where(none[live] > 0, top[none[live]], 0), return_inverse=True)
+    per_top = np.bincount(where, weights=weight[live], minlength=len(tops))
     sums: dict[str, float] = {}
-    for node, t, w in zip(none.tolist(), top[none].tolist(), weight.tolist()):
-        if w <= 0:
-            continue
-        fr = frames[int(cct.frame[t])] if node > 0 else None
+    for t, w in zip(tops.tolist(), per_top.tolist()):
+        fr = frames[int(cct.frame[t])] if t > 0 else None
         if fr is None:
             reason = ROOT_REASON
         elif fr.kind == "unattributed" and fr.name.startswith(UNATTRIBUTED_PREFIX):
