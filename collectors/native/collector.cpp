@@ -373,7 +373,10 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
 #if defined(DLPT_CUPTI)
     // Graph replays traced per graph, spread over their kernels (device.h), merged into the
     // traced leaves of the same nodes, so a snapshot never holds one leaf twice.
-    for (const Leaf& l : graph_leaves_locked()) put(l);
+    if (g_graph_replays.empty())  // no replay traced per graph: the leaves as they are, no copy
+      for (const Leaf& l : g_leaves) put(l);
+    else
+      for (const Leaf& l : graph_leaves_locked()) put(l);
 #else
     for (const Leaf& l : g_leaves) put(l);
 #endif
