@@ -381,16 +381,20 @@ def test_checkpoint_recompute_and_double_backward_under_forward_lines(tmp_path: 
 
 
 def test_cuda_graph_trace_reaches_the_collector_and_the_header(tmp_path: Path) -> None:
-    """`--cuda-graph-trace graph` is read by the collector from the environment when CUPTI starts
-    (device.h); the program sees the same environment. A profile recorded so says in its header
+    """`--cuda-graph-trace` (graph unless --steps) is read by the collector from the environment
+    when CUPTI starts (device.h); the program sees the same environment. A profile recorded so says in its header
     how its kernel times inside replays were made; one recorded per kernel says nothing."""
     from dataclasses import replace
 
     from dlpt.viewers.report import header
 
-    r = record(tmp_path, "import os, torch\nx = torch.ones(64, 64) @ torch.ones(64, 64)\n"
-               "print(os.environ.get('DLPT_GRAPH_TRACE'))\n",
-               extra=("--cuda-graph-trace", "graph"))
+    show = "import os, torch\nx = torch.ones(64, 64) @ torch.ones(64, 64)\nprint(os.environ.get('DLPT_GRAPH_TRACE'))\n"
+    # Per graph by default; per kernel when asked, and by default for a --steps window.
+    for extra, mode in ((("--cuda-graph-trace", "node", "--force"), "node"), (("--steps", "0:1", "--force"), "node"),
+                        (("--force",), "graph")):
+        r = record(tmp_path, show, extra=extra)
+        assert r.returncode in (0, 2) and r.stdout.strip() == mode, (extra, r.stdout, r.stderr)
+    r = record(tmp_path, show, extra=("--cuda-graph-trace", "graph", "--force"))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "graph"
     bad = record(tmp_path, "print(1)\n", extra=("--cuda-graph-trace", "kernels", "--force"))

@@ -544,6 +544,7 @@ py::dict stats() {
     d["graph_replays_per_graph"] = g_graph_records;
     d["graph_replays_per_kernel"] = int64_t(g_sampled.size());
     d["graph_toggle_errors"] = g_graph_toggle_errors.load();
+    d["graph_first_records_repaired"] = g_graph_repaired;  // stale first records (graphs_resolve_locked)
   }
 #endif
   d["unlinked_records"] = g_unlinked.load();

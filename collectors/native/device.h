@@ -149,7 +149,7 @@ constexpr int kMaxRuntimeCbid = 1 << 12;
 bool g_sync_cbid[kMaxRuntimeCbid] = {};
 bool g_launch_cbid[kMaxRuntimeCbid] = {};
 
-// ----- CUDA-graph replays: per kernel (CUPTI's default), or per graph (DLPT_GRAPH_TRACE=graph) -----
+// ----- CUDA-graph replays: per graph (DLPT_GRAPH_TRACE=graph, `dlpt record`'s default), or per kernel -----
 // CUPTI's per-kernel records cost a graph launch 1-2 us of host time per kernel node: a
 // 132-kernel replay's launch call takes 0.14-0.28 ms against 0.004-0.01 ms unprofiled
 // (bench/workloads/graph_replay.py on an H100, docs/BENCHMARKS.md), which a graphed decode loop
@@ -162,7 +162,7 @@ bool g_launch_cbid[kMaxRuntimeCbid] = {};
 // after a graph was replayed per kernel crashes the next replay, so it is on before any replay;
 // and a replay traced per kernel after replays traced per graph gets stale timestamps on one
 // node (a span as long as the time since the graph's previous such replay), so only the first
-// replay, which is exact, is traced per kernel.
+// replay is traced per kernel; its own stale record is repaired (graphs_resolve_locked).
 bool g_graph_level = false;  // DLPT_GRAPH_TRACE=graph
 std::mutex g_graph_mu;
 std::unordered_map<const void*, uint64_t> g_graph_launches;  // graph exec → its replays so far
@@ -286,7 +286,8 @@ int64_t name_idx(const std::string& s) {
   return intern_name_locked(s);
 }
 
-void mix_add(uint32_t graph, uint32_t corr, int64_t name, int32_t kind, int64_t start, int64_t end, int64_t bytes);
+bool traced_add(uint32_t graph, uint32_t corr, int64_t node, int64_t name, int32_t kind, int64_t start, int64_t end,
+                int64_t bytes, int64_t device, int64_t stream, int64_t launched);
 
 template <typename Copy>
 void add_copy(const Copy* m) {
@@ -294,8 +295,10 @@ void add_copy(const Copy* m) {
   int64_t launched;
   int64_t node = record_node(m->correlationId, &launched);
   int64_t name = name_idx(cn.first), start = int64_t(m->start), end = int64_t(m->end);
+  if (traced_add(m->graphId, m->correlationId, node, name, cn.second, start, end, int64_t(m->bytes), m->deviceId,
+                 m->streamId, launched))
+    return;
   add_leaf_locked(node, cn.second, name, end - start, int64_t(m->bytes), m->deviceId, m->streamId);
-  mix_add(m->graphId, m->correlationId, name, cn.second, start, end, int64_t(m->bytes));
   busy_add(m->deviceId, start, end, launched);
 }
 
@@ -308,9 +311,15 @@ struct GraphMix {
   std::unordered_map<int64_t, MixPart> parts;  // name index * 8 + activity kind →
   int64_t total = 0;                          // the parts' time
 };
+struct TracedRecord {
+  int64_t node, name, start, end, bytes, device, stream, launched;
+  int32_t kind;
+};
 struct TracedReplay {
   uint32_t graph = 0;
-  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end
+  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end (once resolved)
+  bool resolved = false;
+  std::vector<TracedRecord> records;  // until resolved (graphs_resolve_locked)
 };
 struct GraphReplays {
   int64_t count = 0, total = 0, minv = INT64_MAX, maxv = 0, device = 0, stream = 0;
@@ -319,6 +328,7 @@ std::unordered_map<uint32_t, GraphMix> g_mix;           // graph id →
 std::unordered_map<uint32_t, TracedReplay> g_sampled;   // correlation id of a replay traced per kernel →
 std::map<std::pair<int64_t, uint32_t>, GraphReplays> g_graph_replays;  // (node, graph id) →
 int64_t g_graph_records = 0;
+int64_t g_graph_repaired = 0;  // traced replays whose first record's end was stale (graphs_resolve_locked)
 int64_t g_untraced_name = -1;  // "CUDA graph replay (no replay traced per kernel)"
 
 void graphs_clear_locked() {
@@ -326,27 +336,91 @@ void graphs_clear_locked() {
   g_sampled.clear();
   g_graph_replays.clear();
   g_graph_records = 0;
+  g_graph_repaired = 0;
   g_untraced_name = -1;
   // The replay counts stay: a graph replayed in an earlier `--steps` window is not traced per
   // kernel again (such a replay's timestamps are not exact, see above); its replays then keep one
   // leaf each, at their line.
 }
 
-// A kernel, copy or memset that ran inside a replay traced per kernel: part of its graph's mix.
-void mix_add(uint32_t graph, uint32_t corr, int64_t name, int32_t kind, int64_t start, int64_t end, int64_t bytes) {
-  if (graph == 0 || !g_graph_level) return;
-  MixPart& p = g_mix[graph].parts[name * 8 + kind];
-  int64_t dur = end - start;
-  p.count += 1;
-  p.total += dur;
-  p.bytes += bytes;
-  p.minv = std::min(p.minv, dur);
-  p.maxv = std::max(p.maxv, dur);
-  g_mix[graph].total += dur;
+// A kernel, copy or memset that ran inside a replay traced per kernel (graph mode): kept with its
+// replay until graphs_resolve_locked can judge its timestamps. False: not such a record.
+bool traced_add(uint32_t graph, uint32_t corr, int64_t node, int64_t name, int32_t kind, int64_t start, int64_t end,
+                int64_t bytes, int64_t device, int64_t stream, int64_t launched) {
+  if (graph == 0 || !g_graph_level) return false;
   TracedReplay& r = g_sampled[corr];
   r.graph = graph;
-  r.start = std::min(r.start, start);
-  r.end = std::max(r.end, end);
+  r.records.push_back(TracedRecord{node, name, start, end, bytes, device, stream, launched, kind});
+  return true;
+}
+
+// The replays traced per kernel, once their timestamps can be judged, into the leaves, the busy
+// intervals and their graph's mix. Measured on CUPTI 13.0 (H100, bench/workloads/graph_replay.py
+// and gpt-fast, docs/BENCHMARKS.md): in a graph's first replay, traced per kernel while later
+// replays are traced per graph, every record but the first carries the timestamps of a later
+// replay (their durations agree with the per-kernel mode's to 2%), and the first record's end is
+// that later replay's too: its span runs from the first replay to the later one (21 ms for a
+// 57 us replay; 95% of gpt-fast's GPU time landed on one kernel). So a first record longer than
+// the graph's replays take (their mean span, from the graph-level records) is stale, and its
+// length is what a replay's span leaves after the rest of the records and one gap between
+// records; the record is placed just before the rest. Judged once a graph-level record of the
+// graph arrived, or at the end (`final`), when a graph replayed once keeps its records as they are.
+void graphs_resolve_locked(bool final) {
+  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;  // graph → (replays, span), per graph
+  for (const auto& kv : g_graph_replays) {
+    auto& t = spans[kv.first.second];
+    t.first += kv.second.count;
+    t.second += kv.second.total;
+  }
+  for (auto& kv : g_sampled) {
+    TracedReplay& r = kv.second;
+    if (r.resolved || r.records.empty()) continue;
+    auto sp = spans.find(r.graph);
+    int64_t mean = sp == spans.end() || sp->second.first == 0 ? 0 : sp->second.second / sp->second.first;
+    if (mean == 0 && !final) continue;
+    std::vector<TracedRecord>& v = r.records;
+    std::sort(v.begin(), v.end(), [](const TracedRecord& a, const TracedRecord& b) { return a.start < b.start; });
+    if (mean > 0 && v.size() >= 2 && v[0].end - v[0].start > mean) {
+      int64_t rest0 = v[1].start, rest1 = 0, taken = 0;
+      std::vector<int64_t> gaps;
+      for (size_t i = 1; i < v.size(); ++i) {
+        rest1 = std::max(rest1, v[i].end);
+        if (i + 1 < v.size()) gaps.push_back(std::max<int64_t>(0, v[i + 1].start - v[i].end));
+      }
+      int64_t gap = 0;
+      if (!gaps.empty()) {
+        std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+        gap = gaps[gaps.size() / 2];
+      }
+      int64_t est = mean - (rest1 - rest0) - gap;
+      if (est <= 0) {  // the rest took the whole span: the same kernel's other records, if any
+        int64_t n = 0;
+        for (size_t i = 1; i < v.size(); ++i)
+          if (v[i].name == v[0].name && v[i].kind == v[0].kind) taken += v[i].end - v[i].start, ++n;
+        est = n > 0 ? taken / n : 0;
+      }
+      v[0].end = rest0 - gap;
+      v[0].start = v[0].end - est;
+      ++g_graph_repaired;
+    }
+    GraphMix& mix = g_mix[r.graph];
+    for (const TracedRecord& x : v) {
+      int64_t dur = x.end - x.start;
+      add_leaf_locked(x.node, x.kind, x.name, dur, x.bytes, x.device, x.stream);
+      busy_add(x.device, x.start, x.end, x.launched);
+      MixPart& p = mix.parts[x.name * 8 + x.kind];
+      p.count += 1;
+      p.total += dur;
+      p.bytes += x.bytes;
+      p.minv = std::min(p.minv, dur);
+      p.maxv = std::max(p.maxv, dur);
+      mix.total += dur;
+      r.start = std::min(r.start, x.start);
+      r.end = std::max(r.end, x.end);
+    }
+    r.resolved = true;
+    std::vector<TracedRecord>().swap(r.records);
+  }
 }
 
 // The leaf at (node, name, kind), made empty if there is none yet. The converter reads leaves as
@@ -368,6 +442,7 @@ size_t leaf_at_locked(int64_t node, int64_t name, int32_t kind, int64_t device, 
 std::vector<Leaf> graph_leaves_locked() {
   std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> traced;  // graph → (replays, span)
   for (const auto& kv : g_sampled) {
+    if (!kv.second.resolved) continue;
     auto& t = traced[kv.second.graph];
     t.first += 1;
     t.second += kv.second.end - kv.second.start;
@@ -446,9 +521,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         int64_t launched;
         int64_t node = record_node(k->correlationId, &launched);
         int64_t start = int64_t(k->start), end = int64_t(k->end);
-        add_leaf_locked(node, A_KERNEL, name, end - start, 0, k->deviceId, k->streamId);
-        mix_add(k->graphId, k->correlationId, name, A_KERNEL, start, end, 0);
-        busy_add(k->deviceId, start, end, launched);
+        if (!traced_add(k->graphId, k->correlationId, node, name, A_KERNEL, start, end, 0, k->deviceId, k->streamId,
+                        launched)) {
+          add_leaf_locked(node, A_KERNEL, name, end - start, 0, k->deviceId, k->streamId);
+          busy_add(k->deviceId, start, end, launched);
+        }
         // A collective's kernel starts on its GPU when this rank arrives there and ends once every
         // rank has: its start is the rank's arrival (dlpt/commwait.py), kept per kernel.
         if (coll) collective_kernel_log(node, int64_t(k->start), int64_t(k->end));
@@ -466,9 +543,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         int64_t launched;
         int64_t node = record_node(m->correlationId, &launched);
         int64_t name = name_idx(nm), start = int64_t(m->start), end = int64_t(m->end);
-        add_leaf_locked(node, A_MEMSET, name, end - start, int64_t(m->bytes), m->deviceId, m->streamId);
-        mix_add(m->graphId, m->correlationId, name, A_MEMSET, start, end, int64_t(m->bytes));
-        busy_add(m->deviceId, start, end, launched);
+        if (!traced_add(m->graphId, m->correlationId, node, name, A_MEMSET, start, end, int64_t(m->bytes), m->deviceId,
+                        m->streamId, launched)) {
+          add_leaf_locked(node, A_MEMSET, name, end - start, int64_t(m->bytes), m->deviceId, m->streamId);
+          busy_add(m->deviceId, start, end, launched);
+        }
         break;
       }
 #if defined(DLPT_GRAPH_T)
@@ -495,6 +574,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     }
     g_records.fetch_add(1, std::memory_order_relaxed);
   }
+  if (g_graph_level) graphs_resolve_locked(false);
   std::free(buffer);
 }
 
@@ -608,6 +688,10 @@ void device_off() {
   if (g_graph_level) graph_trace(false);
   g_graph_restore.store(false);
   device_flush(true);
+  if (g_graph_level) {
+    std::lock_guard<std::mutex> lk2(g_leaf_mu);
+    graphs_resolve_locked(true);  // a graph replayed once: its records as they are
+  }
   if (g_sub != nullptr) g_detach.store(true);  // at the next CUDA call's exit (see on_api)
 }
 

@@ -26,8 +26,8 @@ examples:
   dlpt record -m mypkg.train --lr 0.1
   dlpt record -- python -u -X dev train.py     python's own flags apply to the program
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
-  dlpt record --cuda-graph-trace graph generate.py --compile
-                                              a CUDA-graphed decode loop at a fraction of the cost
+  dlpt record --cuda-graph-trace node generate.py --compile
+                                              every kernel of every CUDA-graph replay (costs each replay)
   torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
                                               run.rank0.dlpt, run.rank1.dlpt
   torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
@@ -57,10 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--html", action="store_true",
                    help="also write the profile's HTML view beside it (OUT with .html for .dlpt)")
     p.add_argument("--cuda-graph-trace", choices=("node", "graph"), default=None,
-                   help="how CUDA-graph replays are traced: node (default) records every kernel of every "
-                   "replay; graph records each replay as one span and splits it over its kernels as the "
-                   "graph's first replay ran them, for a fraction of the cost (experimental; Nsight "
-                   "Systems' --cuda-graph-trace alike)")
+                   help="how CUDA-graph replays are traced: graph (the default) records each replay as one "
+                   "span and splits it over its kernels as the graph's first replay ran them; node records "
+                   "every kernel of every replay, which costs each replay 1-2 us per kernel on the host "
+                   "(the default with --steps; Nsight Systems' --cuda-graph-trace alike)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, and no notices about what the recorder chose")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -136,10 +136,14 @@ def run(args: argparse.Namespace) -> int:
         # records for a graph replayed per kernel: collectors/native/device.h).
         raise DlptError("--cuda-graph-trace graph is not supported with --steps yet; record the whole run, "
                         "or trace graphs per kernel (the default)")
-    if args.cuda_graph_trace:
-        # Read by the collector when CUPTI starts (collectors/native/device.h); the environment
-        # also carries it into a re-executed interpreter (python's own flags) and torchrun's ranks.
-        os.environ["DLPT_GRAPH_TRACE"] = args.cuda_graph_trace
+    # Per graph by default: per-kernel records of replayed nodes cost a graphed decode loop
+    # 1.5-2.2x (docs/BENCHMARKS.md, "CUDA-graph replays"), and the per-graph split agrees with
+    # them to 0.5 points of GPU time per kernel. Per kernel for a `--steps` window: graphs
+    # replayed before the window would be switched to graph-level records after per-kernel ones,
+    # which CUPTI 13.0 crashes on (collectors/native/device.h). Read by the collector when CUPTI
+    # starts; the environment also carries it into a re-executed interpreter (python's own flags)
+    # and torchrun's ranks.
+    os.environ["DLPT_GRAPH_TRACE"] = args.cuda_graph_trace or ("node" if args.steps else "graph")
     flags = [] if args.module else python_flags(args.program)[0]
     steps = parse_steps(args.steps)
     if not args.snapshot_seconds >= 0:
