@@ -12,7 +12,8 @@ launched again (`after_sync`); the rest is shared between the lines that ran dur
 by their class:
 
 - data loading (a line inside `torch/utils/data/`, or a `for … in loader:` line): L;
-- launching short kernels (a line whose kernels average under 10 µs): K;
+- launching short kernels (a line whose kernels, launched one by one and not replayed inside a
+  CUDA graph, average under 10 µs): K;
 - the host's own Python (every other line: per-sample loops, preprocessing, logging): P;
 
 each line's idle scaled by (blamed − A) / blamed, so that A + L + K + P is the blamed idle.
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dlpt.compile_time import compile_kind
-from dlpt.frames import is_library
+from dlpt.frames import Frame, is_library
 from dlpt.metrics import COL, HTOD, KERNEL
 from dlpt.phases import COMPILE, STEADY, has_phases, select_phase
 from dlpt.profile import Profile
@@ -44,6 +45,15 @@ LOADER_LOOP = re.compile(r"^\s*(async\s+)?for\s.+\sin\s.*(loader|DataLoader)", r
 _WORKER_QUEUE = frozenset({"_try_get_data", "_get_data"})
 _GRAPH_FILES = ("torch/cuda/graphs.py", "torch/_inductor/cudagraph_trees.py")
 _GRAPH_FUNCS = frozenset({"replay", "run", "execute_node", "run_graph", "_run"})
+_REPLAY_FILE = "torch/cuda/graphs.py"  # CUDAGraph.replay: cudagraph trees' replays call it too
+
+
+def replay_frames(frames: list[Frame]) -> np.ndarray:
+    """Frames of `CUDAGraph.replay`: the kernels beneath them ran inside a graph, launched by one
+    call for the whole graph, so none of them is a launch of its own (cudagraph trees' input
+    copies run in their `run`, outside it, and are)."""
+    return np.fromiter((f.kind == "python" and f.function == "replay" and f.file.replace("\\", "/").endswith(_REPLAY_FILE)
+                        for f in frames), dtype=bool, count=len(frames))
 
 
 class Lines:
@@ -206,8 +216,10 @@ def split(profile: Profile, w: Waits, lines: Lines) -> Split:
     pageable = np.fromiter(("Pageable" in f.name for f in profile.frames), dtype=bool, count=len(profile.frames))
     if len(a):
         s.pageable = min(int(a.duration[(a.kind == HTOD) & pageable[a.name]].sum()), s.busy - s.comm_wait)
-    # Kernels, short ones by their row's mean (a recording's row aggregates many), and their lines.
-    k = a.kind == KERNEL
+    # Kernels launched one by one, short ones by their row's mean (a recording's row aggregates
+    # many), and their lines. Kernels replayed inside a CUDA graph are no launches of their own.
+    replayed = propagate_down(profile.cct, replay_frames(profile.frames)[profile.cct.frame])
+    k = (a.kind == KERNEL) & ~replayed[a.node]
     count = a.count[k]
     short = a.duration[k] < SHORT_KERNEL_NS * np.maximum(count, 1)
     s.kernels, s.short_kernels = int(count.sum()), int(count[short].sum())

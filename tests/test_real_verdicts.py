@@ -71,7 +71,7 @@ def test_imagenet_with_one_worker_waits_for_its_loader_as_its_data_meter_says() 
 
 
 def test_a_graphed_program_recorded_per_kernel_is_told_the_recorder_costs_its_graph_launches() -> None:
-    """gpt-fast --compile recorded with every replayed kernel traced (the default) shows idle
+    """gpt-fast --compile recorded with every replayed kernel traced (`--cuda-graph-trace node`) shows idle
     between launches that CUPTI's per-kernel records put into each graph launch: the verdict says
     so and how to record without it; the same profile marked as recorded per graph does not."""
     from dataclasses import replace
@@ -85,3 +85,29 @@ def test_a_graphed_program_recorded_per_kernel_is_told_the_recorder_costs_its_gr
     per_graph = replace(prof, meta={**prof.meta, "collector": {**prof.meta.get("collector", {}), "graph_trace": "graph"},
                                     "diagnosis": None})
     assert all("--cuda-graph-trace" not in f.remedy for f in fd.findings(per_graph))
+
+
+def test_kernels_replayed_in_a_cuda_graph_are_no_launches() -> None:
+    """bench/gpu_cases/cudagraph.py (H100): a graph of 7 nodes captured once and replayed, next to
+    eager ops. The split's kernel counts (the launch-bound rule's evidence) hold only the kernels
+    launched one by one: those beneath `CUDAGraph.replay`, found here by walking each kernel's
+    parents, are left out."""
+    from dlpt.evidence import evidence
+    from dlpt.metrics import KERNEL
+
+    e = evidence(dlpt.load(str(DATA / "gpu_case_cudagraph.dlpt")))
+    p, a = e.steady, e.steady.activities
+    assert a.count is not None
+
+    def under_replay(node: int) -> bool:
+        while node > 0:
+            f = p.frames[int(p.cct.frame[node])]
+            if f.function == "replay" and f.file.endswith("torch/cuda/graphs.py"):
+                return True
+            node = int(p.cct.parent[node])
+        return False
+
+    kernels = [(int(a.node[i]), int(a.count[i])) for i in range(len(a)) if a.kind[i] == KERNEL]
+    replayed = sum(c for n, c in kernels if under_replay(n))
+    assert replayed >= 25, replayed  # 5 kernel nodes × 5+ replays in the steady state
+    assert e.split.kernels == sum(c for _, c in kernels) - replayed
