@@ -11,6 +11,7 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.frames import is_library
+from dlpt.metrics import COL
 
 if TYPE_CHECKING:
     # Annotations only: the transforms rebuild the profile they are given (`replace`), and
@@ -224,3 +225,47 @@ def fold_into_parents(profile: Profile, fold: np.ndarray) -> Profile:
     np.add.at(exc, cct.parent[tops], cct.inclusive[tops])
     exc[fold] = 0
     return drop_subtrees(replace(profile, cct=CCT(cct.parent, cct.frame, exc)), fold)
+
+
+def to_block(profile: Profile, entry_file: str) -> Profile:
+    """A recording of one block of code that runs in `entry_file` (a notebook cell), as its user
+    reads it, pyinstrument's cell view alike: the threads under the root that never ran the
+    block's code and hold nothing but host time (threads that were running before it: a notebook
+    kernel's heartbeat, I/O and control threads) dropped with their host time; then the frames
+    that called into the block (the kernel's machinery) hidden, the block's outermost frames
+    moving up to the root, the callers' own time with them. Threads the block started stay
+    (beneath the line that started them), as does any thread with GPU work, ops or memory."""
+    cct, frames = profile.cct, profile.frames
+    mine = np.fromiter((f.kind == "python" and f.file == entry_file for f in frames), dtype=bool,
+                       count=len(frames))
+    if not mine[cct.frame].any():
+        return profile
+    others = np.delete(cct.inclusive, [COL["host_time"]], axis=1).any(axis=1)
+    has_mine = np.zeros(len(cct), dtype=bool)
+    for i in np.flatnonzero(mine[cct.frame]).tolist():  # mark ancestors, each once
+        j = i
+        while j >= 0 and not has_mine[j]:
+            has_mine[j] = True
+            j = int(cct.parent[j])
+    thread = np.fromiter((f.kind == "thread" for f in frames), dtype=bool, count=len(frames))[cct.frame]
+    top = np.flatnonzero((cct.parent == 0) & thread & ~has_mine & ~others)
+    drop = np.zeros(len(cct), dtype=bool)
+    for t in top.tolist():
+        drop[t:int(cct.end[t])] = True
+    keep = ~drop
+    new_id = np.cumsum(keep) - 1
+    idx = np.flatnonzero(keep)
+    parent = np.where(idx == 0, -1, new_id[np.maximum(cct.parent[idx], 0)])
+    acts = profile.activities
+    kept = replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
+                   activities=replace(acts, node=new_id[acts.node]))
+    # The callers: strict ancestors of the block's outermost frames (never the root).
+    callers = has_mine[idx] & ~mine[cct.frame[idx]]
+    below = propagate_down(kept.cct, mine[kept.cct.frame])
+    callers &= ~below
+    callers[0] = False
+    if not callers.any():
+        return kept
+    bparent, bframe, node_map = merge_map(kept.cct, callers)
+    exc = sum_rows(node_map, kept.cct.exclusive, len(bparent))
+    return replace(kept, cct=CCT(bparent, bframe, exc), activities=replace(kept.activities, node=node_map[kept.activities.node]))

@@ -20,10 +20,22 @@ def test_cell_magic_records_and_shows_the_view(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell("%load_ext dlpt"),
-        nbformat.v4.new_code_cell("%%dlpt\nimport torch\nx = torch.randn(64, 64)\nfor _ in range(3):\n"
-                                  "    y = (x @ x).relu().sum()"),
+        nbformat.v4.new_code_cell("%%dlpt\nimport torch, time\nx = torch.randn(64, 64)\nfor _ in range(3):\n"
+                                  "    y = (x @ x).relu().sum()\n    time.sleep(0.05)"),
         nbformat.v4.new_code_cell("print(repr(_dlpt))\nprint(_dlpt.path)\nprint(_dlpt.meta['command'])\n"
                                   "print(any('(x @ x).relu()' in t for t in _dlpt.sources.values()))"),
+        # Host time by where it sits, read from the tree as saved: the cell's lines (and what they
+        # call), the kernel's threads, and frames of the kernel's machinery.
+        nbformat.v4.new_code_cell(
+            "import dlpt as _d\nfrom dlpt.metrics import COL as _C\n_p = _d.load(_dlpt.path)\n"
+            "_h = _p.cct.inclusive[:, _C['host_time']]\n"
+            "_cell = sum(int(_h[i]) for i in range(1, len(_p.cct)) if _p.cct.parent[i] == 0\n"
+            "            and _p.frames[int(_p.cct.frame[i])].file.endswith('.py')\n"
+            "            and 'ipykernel_' in _p.frames[int(_p.cct.frame[i])].file)\n"
+            "_used = [_p.frames[int(x)] for x in set(_p.cct.frame.tolist())]\n"
+            "_threads = sum(1 for f in _used if f.kind == 'thread')\n"
+            "_kernel = sum(1 for f in _used if f.kind == 'python' and ('/ipykernel/' in f.file or '/IPython/' in f.file))\n"
+            "print(int(_h[0]), _cell, _threads, _kernel)"),
     ]
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = nb.cells[1].outputs
@@ -43,3 +55,9 @@ def test_cell_magic_records_and_shows_the_view(tmp_path):
     assert command == "%%dlpt cell [2]", command
     assert has_code == "True"
     assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path)), path
+    # Issue #34: the cell's lines lead the profile, not the kernel's threads (asyncio loops, a
+    # heartbeat, pipe readers) or the IPython frames that called into the cell; the 3 × 50 ms
+    # sleeps alone are on the cell's lines.
+    total, cell, threads, kernel = map(int, "".join(o.get("text", "") for o in nb.cells[3].outputs).split())
+    assert threads == 0 and kernel == 0, (threads, kernel)
+    assert cell == total and cell >= 150_000_000, (cell, total)

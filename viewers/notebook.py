@@ -74,6 +74,9 @@ def dlpt_cell(line: str, cell: str, shell: Any) -> Profile | None:
         path = os.path.join(_cell_dir(), f"cell-{count}.dlpt" if count is not None else "cell.dlpt")
     # The run is the cell, not the kernel's command line (`ipykernel_launcher.py -f …`).
     rec = profile(path, steps=steps, force=True, quiet=True, name=f"%%dlpt cell [{count}]" if count else "%%dlpt cell")
+    import linecache
+
+    before = set(linecache.cache)
     try:
         with rec:
             shell.run_cell(cell)
@@ -81,11 +84,33 @@ def dlpt_cell(line: str, cell: str, shell: Any) -> Profile | None:
         print(f"dlpt: {e}")
         return None
     prof = rec.result
+    entry = _cell_file(cell, set(linecache.cache) - before)
+    if prof is not None and entry is not None:
+        # The cell as its user reads it: not the kernel's threads and machinery (dlpt.transforms).
+        from dlpt.store import save
+        from dlpt.transforms import to_block
+
+        prof = to_block(prof, entry)
+        save(prof, path, force=True)
     if prof is not None:
         shell.user_ns["_dlpt"] = prof
         from IPython.display import display
 
         display(prof)
+    return None
+
+
+def _cell_file(cell: str, new_files: set[str]) -> str | None:
+    """The file name IPython compiled the cell under: of the names it put into `linecache` while
+    the cell ran (IPython keeps each cell's code there), the one holding the cell's code."""
+    import linecache
+
+    want = cell.strip()
+    for name in sorted(new_files):
+        entry = linecache.cache.get(name)
+        lines = entry[2] if isinstance(entry, tuple) and len(entry) > 2 else None
+        if lines is not None and "".join(lines).strip() == want:
+            return name
     return None
 
 
