@@ -22,11 +22,49 @@ METRICS = (
     "alloc_bytes", "alloc_count", "peak_bytes",
 )
 COL = {m: i for i, m in enumerate(METRICS)}
+
+
+class Metric(NamedTuple):
+    """What a metric is, said once: every view, export and the HTML page read it from here."""
+
+    name: str
+    unit: str  # of its integer values: "ns", "bytes" or "count"; all are additive over nodes
+    about: str  # one line: what it counts (the TUI's picker and help, the HTML page's picker)
+    cycled: bool  # offered by the TUI's `s` key (in REGISTRY's order); the rest only by the picker
+
+
+# One record per metric, in the order the TUI cycles and the pickers list them.
+REGISTRY = (
+    Metric("gpu_time", "ns", "kernels + copies + memsets", True),
+    Metric("kernel_time", "ns", "kernels", True),
+    Metric("htod_time", "ns", "host→device copies", True),
+    Metric("dtoh_time", "ns", "device→host copies", True),
+    Metric("dtod_time", "ns", "device→device copies", True),
+    Metric("memset_time", "ns", "memsets", True),
+    Metric("gpu_idle_time", "ns", "GPU idle, blamed on the host", True),
+    Metric("sync_time", "ns", "host waiting for the GPU", True),
+    Metric("host_time", "ns", "host wall time on the line", True),
+    Metric("cpu_time", "ns", "host ops' own time", True),
+    Metric("peak_bytes", "bytes", "live at the memory peak", True),
+    Metric("alloc_bytes", "bytes", "GPU memory allocated", True),
+    Metric("kernel_count", "count", "kernel launches", True),
+    Metric("copy_count", "count", "copies", True),
+    Metric("comm_time", "ns", "collectives", False),
+    Metric("comm_wait_time", "ns", "waiting for the last rank", False),
+    Metric("memcpy_other_time", "ns", "other copies", False),
+    Metric("htod_bytes", "bytes", "bytes copied host→device", False),
+    Metric("dtoh_bytes", "bytes", "bytes copied device→host", False),
+    Metric("dtod_bytes", "bytes", "bytes copied device→device", False),
+    Metric("memset_count", "count", "memsets", False),
+    Metric("alloc_count", "count", "GPU allocations", False),
+)
+METRIC = {m.name: m for m in REGISTRY}
+assert set(METRIC) == set(METRICS), "every stored column has one record"
 # The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
 METRICS_V1 = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time", "memset_time",
               "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count", "memset_count", "cpu_time")
-TIME_METRICS = frozenset(m for m in METRICS if m.endswith("_time"))
-BYTE_METRICS = frozenset(m for m in METRICS if m.endswith("_bytes"))
+TIME_METRICS = frozenset(m.name for m in REGISTRY if m.unit == "ns")
+BYTE_METRICS = frozenset(m.name for m in REGISTRY if m.unit == "bytes")
 
 # Activity kinds, as stored in the profile. Copy direction comes from the name Kineto gives.
 KERNEL, HTOD, DTOH, DTOD, MEMCPY_OTHER, MEMSET = range(6)
@@ -69,8 +107,8 @@ def copy_kind(name: str) -> int:
 
 
 def metric_unit(metric: str) -> str:
-    """The unit of a metric's integer values: `ns`, `bytes` or `count`."""
-    return "ns" if metric in TIME_METRICS else "bytes" if metric in BYTE_METRICS else "count"
+    """The unit of a metric's integer values: `ns`, `bytes` or `count` (its REGISTRY record)."""
+    return METRIC[metric].unit if metric in METRIC else "count"
 
 
 def fmt_bytes(n: float) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
-from dlpt.metrics import COL
+from dlpt.metrics import COL, fmt_metric
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
@@ -97,7 +97,7 @@ class Profile:
         metric = default_metric(self)
         total = int(self.cct.exclusive[:, COL[metric]].sum()) if len(self.cct) else 0
         name = self.path or self.meta.get("command") or "in memory"
-        value = f"{total / 1e6:.2f} ms" if metric.endswith("_time") else f"{total:,}"
+        value = fmt_metric(metric, total)
         return (f"<dlpt.Profile {name!r} ({self.collector}): {len(self.cct):,} nodes, "
                 f"{len(self.activities):,} activity rows, {metric} {value}>")
 

@@ -15,7 +15,7 @@ import numpy as np
 from dlpt.errors import DlptError
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
-from dlpt.metrics import COL, METRICS, metric_column
+from dlpt.metrics import COL, METRICS, metric_column, metric_unit
 from dlpt.phases import ALL, phase_figures
 from dlpt.profile import Profile, default_metric
 from dlpt.ranks import rank_totals, rank_values, ranks_without_gpu, straggler
@@ -43,7 +43,7 @@ def _memcpy(row: np.ndarray, conv: Callable[[int], Any] = us) -> dict[str, Any]:
 
 
 def _value(ns: int, metric: str) -> float:
-    return us(ns) if metric.endswith("_time") else float(ns)
+    return us(ns) if metric_unit(metric) == "ns" else float(ns)
 
 
 def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from dlpt.frames import FUSED_PREFIX, Frame
-from dlpt.metrics import METRICS, metric_unit
+from dlpt.metrics import METRIC, METRICS, metric_unit
 from dlpt.profile import Profile
 from dlpt.ranks import rank_nodes, select_rank
 from dlpt.scope import Scope
@@ -191,7 +191,7 @@ def page_data(profile: Profile, metric: str, scope: Scope | None = None) -> dict
     files |= {fr[2] for fr in frames.values() if fr[2]}
     head = header(prof, metric)
     return {"kind": "profile", "title": head[0], "version": __version__, "metric": metric,
-            "metrics": [{"name": m, "unit": metric_unit(m)} for m in metrics],
+            "metrics": [{"name": m, "unit": metric_unit(m), "about": METRIC[m].about} for m in metrics],
             "header": head, "diagnosis": [ln for ln in diagnosis_lines(prof) if ln.strip()],
             "frames": frames, "views": views, "timeline": _timeline(prof),
             "sources": {f: prof.sources[f] for f in sorted(files) if f in prof.sources}}

@@ -238,7 +238,7 @@ function main() {
   if (DATA.kind === "diff") { drawDiff(); return; }
   showHeader(DATA.header, DATA.diagnosis);
   const ms = $("metric");
-  for (const m of DATA.metrics) ms.appendChild(el("option", m.name));
+  for (const m of DATA.metrics) { const o = el("option", m.name); o.title = m.about || ""; ms.appendChild(o); }
   ms.value = state.metric;
   ms.onchange = () => { state.metric = ms.value; drawFlame(); drawTable(); if (state.selected) selectSource(...state.selected); };
   if (DATA.views.length > 1) {

@@ -10,20 +10,10 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from dlpt.metrics import METRICS
+from dlpt.metrics import METRICS, REGISTRY
 from dlpt.viewers.format import fmt_metric
 
-ABOUT = {
-    "gpu_time": "kernels + copies + memsets", "kernel_time": "kernels", "htod_time": "host→device copies",
-    "dtoh_time": "device→host copies", "dtod_time": "device→device copies",
-    "memcpy_other_time": "other copies", "memset_time": "memsets", "htod_bytes": "bytes copied host→device",
-    "dtoh_bytes": "bytes copied device→host", "dtod_bytes": "bytes copied device→device",
-    "kernel_count": "kernel launches", "copy_count": "copies", "memset_count": "memsets",
-    "cpu_time": "host ops' own time", "comm_time": "collectives", "comm_wait_time": "waiting for the last rank",
-    "host_time": "host wall time on the line", "gpu_idle_time": "GPU idle, blamed on the host",
-    "sync_time": "host waiting for the GPU", "alloc_bytes": "GPU memory allocated",
-    "alloc_count": "GPU allocations", "peak_bytes": "live at the memory peak",
-}
+ABOUT = {m.name: m.about for m in REGISTRY}
 
 
 def offered_metrics(totals: dict[str, int], current: str) -> list[str]:

@@ -14,16 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import KIND_BREAKDOWN
+from dlpt.metrics import KIND_BREAKDOWN, REGISTRY
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
 from dlpt.viewers.tui.labels import frame_label
 from dlpt.views import FlatView, bottom_up, flat
 
 # The metrics `s` cycles through, in order.
-METRIC_CYCLE = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memset_time",
-                "gpu_idle_time", "sync_time", "host_time", "cpu_time", "peak_bytes", "alloc_bytes",
-                "kernel_count", "copy_count")
+METRIC_CYCLE = tuple(m.name for m in REGISTRY if m.cycled)
 
 # Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
 # out so that narrow terminals keep room for names.
