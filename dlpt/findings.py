@@ -416,9 +416,14 @@ def rank_wait(e: Evidence) -> Finding | None:
     waited, span, of_what, who, verdict = story
     if not span or waited < RANK_WAIT_SHARE * span:
         return None
-    share = min(waited / span, 1.0)
-    figure = (f"rank {who} waited {fmt_time(waited)} in collectives for another rank ({share:.0%} of "
+    own = min(waited / span, 1.0)
+    figure = (f"rank {who} waited {fmt_time(waited)} in collectives for another rank ({own:.0%} of "
               f"{of_what}, estimated from the ranks' start times)")
+    # The verdict's share is of the steady state's GPU time over every rank, as the others' are:
+    # the comm wait W is its own part of the split (dlpt/evidence.py), so rank-wait, host-bound
+    # (the straggler's own Python) and sync-in-loop never add up past 100% (2 H100s: 89% + 44%
+    # + 9% when rank 0's own share was used, docs/BENCHMARKS.md).
+    share = e.split.share(e.split.comm_wait) if e.split.device and e.split.comm_wait else own
     if verdict is None:
         return Finding("rank-wait", [], figure + RANK_WHY + "no rank computes more than the others",
                        "the ranks arrive at collectives apart without one computing more: look for work "
