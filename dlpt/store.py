@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -170,9 +171,13 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     con.execute("PRAGMA synchronous=OFF")
     con.executescript(_SCHEMA)
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    arrays, table = _arrays(profile)
     meta = dict(profile.meta)
     meta["format"] = MAGIC
     meta["metrics"] = list(METRICS)
+    # A CRC-32 of every array's bytes: SQLite checks its own structure, not its values, so one
+    # flipped bit in a page of numbers would otherwise load as a wrong figure (issue #35).
+    meta["checksums"] = {k: zlib.crc32(np.ascontiguousarray(v).tobytes()) for k, v in arrays.items()}
     con.executemany("INSERT INTO meta VALUES (?, ?)",
                     [(k, json.dumps(v, default=str)) for k, v in meta.items()])
     con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?)",
@@ -186,18 +191,25 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
         con.executemany("INSERT INTO activity VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.tolist())
     con.executemany("INSERT INTO activity_kinds VALUES (?, ?)", list(enumerate(ACTIVITY_KIND_NAMES)))
     con.executemany("INSERT INTO sources VALUES (?, ?)", sorted(profile.sources.items()))
-    arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
-    arrays.update({f"activity.{c}": getattr(a, c) for c in ACTIVITY_COLUMNS})
-    table = table_of(profile)
     if table is not None:
         # Each phase's metrics (dlpt/phases.py), their names in meta; a reader that knows no
         # phases reads the tree as before.
         con.execute("INSERT INTO meta VALUES (?, ?)", ("phase_table", json.dumps(list(table.names))))
-        arrays.update({"phase.node": table.node, "phase.phase": table.phase, "phase.exclusive": table.exclusive,
-                       "phase.activity": table.activity_phase})
     con.executemany("INSERT INTO arrays VALUES (?, ?, ?)",
                     [(k, f"{v.dtype.str}:{','.join(map(str, v.shape))}", np.ascontiguousarray(v).tobytes())
                      for k, v in arrays.items()])
+
+
+def _arrays(profile: Profile) -> tuple[dict[str, np.ndarray], Any]:
+    """The numeric arrays a profile is stored as (the `arrays` table), and its phase table."""
+    cct, a = profile.cct, profile.activities
+    arrays = {"parent": cct.parent, "frame": cct.frame, "exclusive": cct.exclusive}
+    arrays.update({f"activity.{c}": getattr(a, c) for c in ACTIVITY_COLUMNS})
+    table = table_of(profile)
+    if table is not None:
+        arrays.update({"phase.node": table.node, "phase.phase": table.phase, "phase.exclusive": table.exclusive,
+                       "phase.activity": table.activity_phase})
+    return arrays, table
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -318,11 +330,14 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
                   for k, n, fi, ln, fn in con.execute(
                       "SELECT kind, name, file, line, function FROM frames ORDER BY id")]
     arrays: dict[str, np.ndarray] = {}
+    crcs: dict[str, int] = {}
     with _reading(path, "its arrays"):
         for name, dtype, data in con.execute("SELECT name, dtype, data FROM arrays"):
+            crcs[name] = zlib.crc32(data)
             dt, _, shape = dtype.partition(":")
             dims = tuple(int(x) for x in shape.split(",") if x)
             arrays[name] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(dims)
+    sums = meta.pop("checksums", None)  # profiles written before checksums have none
     missing = [n for n in ("parent", "frame", "exclusive", *(f"activity.{c}" for c in ACTIVITY_COLUMNS[:-1]))
                if n not in arrays]
     if missing:
@@ -358,6 +373,11 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
                     or (len(node) and (node.min() < 0 or node.max() >= len(cct)))):
                 raise _damaged(path, "the phase table does not match the tree")
             prof.phases = PhaseTable(tuple(str(n) for n in names), node, phase, pexc, act_phase, cct, act)
+    # Last: a damage the checks above name more exactly is said as such.
+    if isinstance(sums, dict):
+        for name, crc in crcs.items():
+            if name in sums and crc != sums[name]:
+                raise _damaged(path, f"the array {name} does not match its checksum")
     return prof
 
 

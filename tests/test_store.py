@@ -118,3 +118,25 @@ def test_saved_profile_follows_the_umask(tmp_path: Path) -> None:
         os.umask(old)
     assert (tmp_path / "p.dlpt").stat().st_mode & 0o777 == 0o640
     assert temps(tmp_path) == []
+
+
+def test_a_flipped_bit_in_the_numbers_is_refused(gpt, tmp_path):
+    """SQLite checks its pages' structure, not the values in them: a bit flipped inside the
+    metrics array (written back through SQLite, so the database stays well formed) must not load
+    as a wrong figure. The loader says the file is damaged, in one line."""
+    path = str(tmp_path / "p.dlpt")
+    save(gpt, path)
+    con = sqlite3.connect(path)
+    (data,) = con.execute("SELECT data FROM arrays WHERE name = 'exclusive'").fetchone()
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0x10
+    con.execute("UPDATE arrays SET data = ? WHERE name = 'exclusive'", (bytes(flipped),))
+    con.commit()
+    con.close()
+    with pytest.raises(DlptError, match="the array exclusive does not match its checksum"):
+        load(path)
+    # The untouched file loads, and its meta carries no checksums back to the caller.
+    save(gpt, path, force=True)
+    back = load(path)
+    assert "checksums" not in back.meta
+    np.testing.assert_array_equal(back.cct.exclusive, gpt.cct.exclusive)
