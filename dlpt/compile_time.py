@@ -11,6 +11,7 @@ line of their own, and the flat view, the hotspots and diff leave them out unles
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from dlpt.frames import Frame
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
+from dlpt.transforms import drop_subtrees, propagate_down
 
 AUTOTUNING = Frame("op", "[torch.compile autotuning]")
 
@@ -55,7 +57,6 @@ def compile_roots(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     mark[0] = False
     if not mark.any():
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
-    from dlpt.transforms import propagate_down
 
     above = propagate_down(cct, mark)[np.maximum(cct.parent, 0)]
     roots = np.flatnonzero(mark & ~above)
@@ -86,9 +87,7 @@ def compile_apart(profile: Profile, include_compile: bool = False) -> Profile:
     roots, _ = compile_roots(profile)
     if not len(roots):
         return profile
-    from dataclasses import replace
 
-    from dlpt.transforms import drop_subtrees
 
     meta: dict[str, Any] = {**profile.meta, "torch_compile": compile_summary(profile),
                             "torch_compile_included": bool(include_compile)}
@@ -97,6 +96,5 @@ def compile_apart(profile: Profile, include_compile: bool = False) -> Profile:
         return out
     drop = np.zeros(len(profile.cct), dtype=bool)
     drop[roots] = True
-    from dlpt.transforms import propagate_down
 
     return drop_subtrees(out, propagate_down(profile.cct, drop))

@@ -53,7 +53,7 @@ def parse_steps(steps: str | tuple[int, int] | None) -> tuple[int, int] | None:
 def output_path(out: str | None, default_name: str | None = None) -> str | None:
     """Where this process writes: under torchrun each rank its own file (run.rank1.dlpt), and
     with no OUT the default name when one is given (dlpt-<name>.<pid>.dlpt)."""
-    from dlpt.ranks import default_output, rank_info, rank_output
+    from dlpt.collectors.record.rank_env import default_output, rank_info, rank_output
 
     who = rank_info()
     if out:

@@ -24,12 +24,12 @@ from dlpt.collectors.record import native
 from dlpt.collectors.record.fused import attribute_compiled
 from dlpt.collectors.record.phases import P_STARTUP, P_STEADY, PhaseHooks
 from dlpt.collectors.record.provenance import Provenance
+from dlpt.collectors.record.rank_env import rank_info
 from dlpt.collectors.record.trie_converter import TrieConverter
 from dlpt.errors import notice
 from dlpt.layout import OWN_ROOTS
 from dlpt.phases import split_phases
 from dlpt.profile import Profile
-from dlpt.ranks import rank_info
 from dlpt.version import __version__
 
 # The two host metrics by their names everywhere (report header, picker, README): host time
@@ -369,5 +369,5 @@ class Recorder:
                              "computeMajor": p.major, "computeMinor": p.minor,
                              "numSms": p.multi_processor_count})
             meta["devices"] = devs
-        meta.update(rank_info())  # rank, world_size, local_rank, host (dlpt/ranks.py)
+        meta.update(rank_info())  # rank, world_size, local_rank, host (collectors/record/rank_env.py)
         return meta
