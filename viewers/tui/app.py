@@ -23,26 +23,19 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS
-from dlpt.output import write_json, write_output
 from dlpt.phases import select_phase
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import safe_text
+from dlpt.viewers.tui import actions
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.header import COMPACT_BELOW, COMPACT_DETAIL, ViewState, render_header
-from dlpt.viewers.tui.help import HelpScreen
 from dlpt.viewers.tui.panedata import LibraryViews
-from dlpt.viewers.tui.picker import MetricPicker, offered_metrics
+from dlpt.viewers.tui.picker import offered_metrics
 from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRows, bottom_up_rows
 from dlpt.viewers.tui.search import filter_keys, has_match
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat
-
-
-def export_path(profile_path: str) -> str:
-    """`<profile>.hotspots.json` beside the profile (a directory of traces: beside it)."""
-    p = profile_path.rstrip("/\\") if profile_path else ""
-    return (p or "dlpt") + ".hotspots.json"
 
 
 class DlptApp(App[int]):
@@ -488,97 +481,17 @@ class DlptApp(App[int]):
         i = cycle.index(self.metric) if self.metric in cycle else -1
         self.set_metric(cycle[(i + 1) % len(cycle)])
 
-    def action_pick_metric(self) -> None:
-        if self._idle():
-            self.push_screen(MetricPicker(self.metric_totals(), self.metric), self.set_metric)
-
-    def action_library(self) -> None:
-        if not self._idle():
-            return
-        self.include_library = not self.include_library
-        self.history.clear()  # rows of the other preparation are other nodes
-        self._show()
-
-    def action_hottest(self) -> None:
-        o = self.outline
-        if o is None or self.busy or not len(o):
-            return
-        self._mark(with_expansion=True)
-        r = o.expand_hottest(self.table.cursor)
-        self.table.structure_changed()
-        self.table.move_to(r)
-
-    def action_search(self) -> None:
-        if not self._idle():
-            return
-        box = self.query_one("#search", Input)
-        box.add_class("visible")
-        box.focus()
-        # The current filter, selected: typing replaces it, an arrow key edits it, enter keeps it.
-        # A textual whose Input cannot select would have typing extend it: there the box opens
-        # empty (the header shows the filter).
-        if hasattr(box, "select_all"):
-            box.value = self.search_text
-            box.select_all()
-        else:
-            box.value = ""
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if not self._shown():
-            return
-        event.input.remove_class("visible")
-        self.table.focus()
-        query = event.value.strip()
-        # The last search's outcome is old news now, whatever this one finds (or if it is the same).
-        if self.note:
-            self.note = ""
-            self._render_header()
-        if query == self.search_text:
-            return
-        self._replaced_query, self.search_text = self.search_text, query
-        self._show(self.table.current_key)  # stay on the row if the filter keeps it
-
-    def action_clear_search(self) -> None:
-        box = self.query_one("#search", Input)
-        if box.has_class("visible"):
-            box.remove_class("visible")
-            self.table.focus()
-            return
-        if self.search_text and self._idle():
-            self.search_text, self.note = "", ""
-            self._show(self.table.current_key)  # the row found stays under the cursor, in its context
-
-    def action_toggle_detail(self) -> None:
-        self.query_one("#detail").toggle_class("hidden")
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_export(self) -> None:
-        if self.base is None or self.busy:
-            return
-        from dlpt.viewers.hotspots import hotspots
-
-        prof, metric, lib = self.base, self.metric, self.include_library
-        out = export_path(prof.path or self.path or "")
-        self._set_busy("exporting hotspots")
-
-        def job() -> str:
-            doc = hotspots(prof, metric=metric, top=20, include_library=lib)
-            write_output(out, lambda f: write_json(f, doc))
-            return out
-
-        def done(path: str) -> None:
-            self._set_busy("")
-            self.last_export = path
-            self.notify(f"hotspots written to {safe_text(path)}", title="export", timeout=6)
-
-        self._background(job, done)
-
-    def row_names(self) -> list[str]:
-        """The names of the visible rows, in order (for tests and scripting)."""
-        o = self.outline
-        return [] if o is None else [o.rows.label(int(k)) for k in o.keys]
+    # Keys that act through the app's own methods (viewers/tui/actions.py), as its methods.
+    action_search = actions.action_search
+    on_input_submitted = actions.on_input_submitted
+    action_clear_search = actions.action_clear_search
+    action_toggle_detail = actions.action_toggle_detail
+    action_help = actions.action_help
+    action_export = actions.action_export
+    row_names = actions.row_names
+    action_pick_metric = actions.action_pick_metric
+    action_library = actions.action_library
+    action_hottest = actions.action_hottest
 
 
 def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,
