@@ -10,7 +10,7 @@ METRICS = (
     "gpu_time", "kernel_time", "comm_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
     "memset_time", "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count",
     "memset_count", "cpu_time",
-    # Why the GPU waits (docs/ARCHITECTURE.md, "Idle, sync and host time"): wall-clock time the
+    # Why the GPU waits (docs/ARCHITECTURE.md, the section of that name): wall-clock time the
     # host spent with the node as its innermost line; GPU idle time blamed on the host lines that
     # ran during each gap; host time blocked waiting for the GPU.
     "host_time", "gpu_idle_time", "sync_time",

@@ -1,7 +1,7 @@
 """Writing files the one way dlpt writes them: to a temporary file in the target directory,
 then renamed into place, so that a crash or a `kill -9` never leaves half a file behind.
 
-The store writes profiles with `atomic_temp`; commands and the TUI write text (reports,
+The store writes profiles with `make_temp`; commands and the TUI write text (reports,
 exports, diffs) with `write_output`. Both name their temporary files the same way, so
 `remove_temp_files` recognises every file a dead dlpt process left, whichever wrote it."""
 

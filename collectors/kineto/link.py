@@ -1,6 +1,6 @@
 """Linking a Kineto trace: every GPU activity to the host context that launched it.
 
-The rules (docs/ARCHITECTURE.md, "Linking a trace"):
+The rules (docs/ARCHITECTURE.md, "`collectors/kineto/`: the Kineto importer"):
 - a GPU event's launch is the `cuda_runtime`/`cuda_driver` event with the same `correlation`;
 - host spans nest by time on their `(pid, tid)`: Python functions, ops and annotations
   around the launch form its context;

@@ -6,7 +6,7 @@
 namespace {
 
 
-// Node kinds, as collectors/record/tree.py names them.
+// Node kinds, as collectors/record/native.py names them (checked at load).
 constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, N_TID = 5, N_UNATTR = 6,
                   N_PHASE = 7;
 // Activity kinds, as dlpt.metrics numbers them.
