@@ -21,13 +21,13 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+import dlpt.viewers.tui.actions as actions
 from dlpt.errors import DlptError
 from dlpt.metrics import COL, METRICS
 from dlpt.phases import select_phase
 from dlpt.profile import Profile, default_metric
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.format import safe_text
-from dlpt.viewers.tui import actions
 from dlpt.viewers.tui.detail import Detail, build_detail, render_detail
 from dlpt.viewers.tui.header import COMPACT_BELOW, COMPACT_DETAIL, ViewState, render_header
 from dlpt.viewers.tui.panedata import LibraryViews
