@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
 
 import numpy as np
+import pytest
 
 from dlpt.collectors.kineto import import_traces
 from dlpt.memory import BEFORE_RECORDING
@@ -84,15 +86,20 @@ def _trace(tmp_path, events):
     return str(p)
 
 
-def _mem(ts, addr, nbytes, total, tid=1):
+def _mem_event(ts, addr, nbytes, total, tid=1, device_type=1):
     return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts,
-            "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes, "Total Allocated": total,
+            "args": {"Device Type": device_type, "Device Id": 0, "Addr": addr, "Bytes": nbytes, "Total Allocated": total,
                      "Total Reserved": 4 << 20}}
 
 
-def test_events_before_the_window_and_lone_frees_are_the_remainder(tmp_path):
+# c10::DeviceType as Kineto writes it: 1 CUDA; 6 HIP, what ROCm builds of torch record (issue #34:
+# a TraceLens MI300X trace's memory was ignored). A CPU event (0) among them is not GPU memory.
+@pytest.mark.parametrize("device_type", [1, 6])
+def test_events_before_the_window_and_lone_frees_are_the_remainder(tmp_path, device_type):
     mib = 1 << 20
+    _mem = functools.partial(_mem_event, device_type=device_type)
     events = [
+        _mem_event(1, 900, 64 * mib, 64 * mib, device_type=0),  # host memory: never GPU memory
         _mem(5, 100, mib, 3 * mib),  # before the first op: allocated before the recording
         {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 10, "dur": 10},
         _mem(12, 200, 2 * mib, 5 * mib),  # aten::empty's

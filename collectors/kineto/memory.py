@@ -1,7 +1,7 @@
 """GPU memory from a Kineto trace's `[memory]` events (torch.profiler's `profile_memory=True`).
 
 Each `[memory]` event is one call of the caching allocator, on the host thread that made it:
-"Bytes" (negative for a free), "Addr", "Device Type" (1: CUDA), "Device Id", and the allocator's
+"Bytes" (negative for a free), "Addr", "Device Type" (1: CUDA, 6: HIP), "Device Id", and the allocator's
 totals after it, "Total Allocated" and "Total Reserved". An event belongs where the host was on
 its thread at that moment: the innermost host span around it (an op, or a Python function
 where the trace has stacks), so that backward allocations sit under `[backward]` below their
@@ -25,7 +25,9 @@ from dlpt.frames import FrameTable, unattributed_frame
 from dlpt.memory import BEFORE_RECORDING, attribute, node_place, timeline
 
 MEMORY_EVENT = "[memory]"
-CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA, as Kineto writes "Device Type"
+# c10::DeviceType as Kineto writes "Device Type": CUDA, and HIP, which ROCm builds of torch record
+# for the same caching allocator's events (a TraceLens MI300X trace).
+GPU_DEVICE_TYPES = (1, 6)
 NO_SPAN = "memory outside any op"
 PROFILER_STEP = "ProfilerStep#"
 
@@ -37,7 +39,7 @@ def _ns(x: object) -> int | None:
 
 
 class MemoryEvents:
-    """The CUDA `[memory]` events of a trace, in event order, a chunk at a time (`add`)."""
+    """The GPU (CUDA, HIP) `[memory]` events of a trace, in event order, a chunk at a time (`add`)."""
 
     def __init__(self) -> None:
         self.ts: list[int] = []
@@ -59,7 +61,7 @@ class MemoryEvents:
             if a is None:
                 self.damaged += 1
                 continue
-            if a.device_type != CUDA_DEVICE_TYPE:
+            if a.device_type not in GPU_DEVICE_TYPES:
                 self.other += 1
                 continue
             t = _ns(e.ts)
