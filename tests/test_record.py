@@ -191,51 +191,59 @@ def test_force_and_existing_output(tmp_path: Path) -> None:
     assert dlpt.load(str(tmp_path / "run.dlpt")).meta["source"] == "record"
 
 
-def test_module_mode(tmp_path: Path) -> None:
-    pkg = tmp_path / "mypkg"
+# One `-m` recording for the three module-mode tests: a module whose body runs ops at its top
+# level, defines a function and imports another module of its own while recording.
+MODULE_TRAIN = """\
+import sys, torch
+x = torch.ones(4).sum()  # SUM
+
+def f():
+    return torch.ones(4).sum()  # F
+
+import mypkg.helper
+f()
+x = torch.full((2,), 1.0).sum()  # TOP
+print('mod', __name__, sys.argv[1:])
+"""
+
+
+@pytest.fixture(scope="module")
+def module_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess, dlpt.Profile]:
+    tmp = tmp_path_factory.mktemp("module")
+    pkg = tmp / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "train.py").write_text(
-        "import sys, torch\nx = torch.ones(4).sum()  # SUM\nprint('mod', __name__, sys.argv[1:])\n")
+    (pkg / "helper.py").write_text("import torch\nH = torch.zeros(3).sum()  # HELPER\n")
+    (pkg / "train.py").write_text(MODULE_TRAIN)
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train", "--epochs", "1"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                       cwd=tmp, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    return pkg, r, dlpt.load(str(tmp / "m.dlpt"))
+
+
+def test_module_mode(module_run) -> None:
+    _, r, prof = module_run
     assert "mod __main__ ['--epochs', '1']" in r.stdout
-    prof = dlpt.load(str(tmp_path / "m.dlpt"))
     names = {prof.frame_of(i).name for i in range(len(prof.cct))}
     assert "aten::ones" in names and prof.cct.inclusive[0, CPU] > 0
 
 
-def test_module_mode_lines(tmp_path: Path) -> None:
-    pkg = tmp_path / "mypkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "train.py").write_text("import torch\nx = torch.ones(4).sum()\n")
-    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert lines_with_time(dlpt.load(str(tmp_path / "m.dlpt")), "train.py").get(2, 0) > 0
+def test_module_mode_lines(module_run) -> None:
+    pkg, _, prof = module_run
+    assert lines_with_time(prof, "train.py").get(line_of(pkg, "train.py", "SUM"), 0) > 0
 
 
-def test_module_mode_lines_repeat(tmp_path: Path) -> None:
+def test_module_mode_lines_repeat(module_run) -> None:
     """The module's file names survive also where the module defines functions and imports more
     modules of its own while recording (their code objects are freed too)."""
-    pkg = tmp_path / "mypkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "helper.py").write_text("import torch\nH = torch.zeros(3).sum()  # HELPER\n")
-    (pkg / "train.py").write_text("import torch\n\ndef f():\n    return torch.ones(4).sum()  # F\n\n"
-                                  "import mypkg.helper\nf()\nx = torch.full((2,), 1.0).sum()  # TOP\n")
-    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "m.dlpt", "-m", "mypkg.train"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    prof = dlpt.load(str(tmp_path / "m.dlpt"))
+    pkg, _, prof = module_run
+    f, top = line_of(pkg, "train.py", "# F"), line_of(pkg, "train.py", "TOP")
     got = lines_with_time(prof, "train.py")
-    assert got.get(4, 0) > 0 and got.get(8, 0) > 0, got
+    assert got.get(f, 0) > 0 and got.get(top, 0) > 0, got
     assert lines_with_time(prof, "helper.py").get(2, 0) > 0
     # Module bodies keep their name: "<module>", not whatever reused the freed string's memory.
     funcs = {(os.path.basename(fr.file), fr.line): fr.function for fr in prof.frames if fr.kind == "python"}
-    assert funcs.get(("helper.py", 2)) == "<module>" and funcs.get(("train.py", 8)) == "<module>", funcs
+    assert funcs.get(("helper.py", 2)) == "<module>" and funcs.get(("train.py", top)) == "<module>", funcs
     assert not any("site-packages" in f and f.endswith("train.py") for f in prof.sources)
 
 
