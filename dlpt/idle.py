@@ -164,10 +164,16 @@ class IdleBlame:
         return out
 
 
-def _disjoint_per_thread(hs: np.ndarray, he: np.ndarray, ht: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _disjoint_per_thread(hs: np.ndarray, he: np.ndarray,
+                         ht: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, int]:
     """(order, new starts, number cut): the intervals sorted by thread and start, each starting no
     earlier than the end of every earlier interval of its thread (one dropped when that leaves
-    nothing), so that a thread runs at most one interval at any time."""
+    nothing), so that a thread runs at most one interval at any time. Order None: as given."""
+    if len(hs) and _sorted_disjoint(hs, he, ht):
+        # Already sorted and one at a time per thread (a trace's self intervals, a recording's
+        # run lengths): the sort below would give this order and cut nothing; it would also
+        # hold a dozen copies of the columns at once, the largest part of a read's peak memory.
+        return None, hs, 0
     order = np.lexsort((-he, hs, ht))
     s, e, t = hs[order], he[order], ht[order]
     if not len(s):
@@ -185,6 +191,13 @@ def _disjoint_per_thread(hs: np.ndarray, he: np.ndarray, ht: np.ndarray) -> tupl
     prev_end = np.where(same, times[np.clip(prev - group * width - 1, 0, len(times) - 1)], s)
     cut = same & (prev_end > s)
     return order, np.where(cut, prev_end, s), int(cut.sum())
+
+
+def _sorted_disjoint(hs: np.ndarray, he: np.ndarray, ht: np.ndarray) -> bool:
+    """Are the intervals in (thread, start) order, starts strictly increasing within a thread and
+    each starting no earlier than the one before it on its thread ends?"""
+    same = ht[1:] == ht[:-1]
+    return bool((ht[1:] >= ht[:-1]).all() and not (same & ((hs[1:] <= hs[:-1]) | (hs[1:] < he[:-1]))).any())
 
 
 def _cum_length(gs: np.ndarray, ge: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -206,15 +219,24 @@ def _device_shares(gs: np.ndarray, ge: np.ndarray, hs: np.ndarray,
     integral at the boundaries, and an interval's share is G(end) − G(start)."""
     if not len(hs) or not len(gs):
         return np.zeros(len(hs)), 0
-    b = np.sort(np.concatenate([gs, ge, hs, he]))
+    b = np.concatenate([gs, ge, hs, he])
+    b.sort()
     b = b[np.r_[True, b[1:] != b[:-1]]]
     seg_idle = np.diff(_cum_length(gs, ge, b))
     i0, i1 = np.searchsorted(b, hs), np.searchsorted(b, he)
-    running = np.cumsum(np.bincount(i0, minlength=len(b)) - np.bincount(i1, minlength=len(b)))[:-1]
+    n_b = len(b)
+    del b  # the columns here are several times the host intervals: freed as soon as done with
+    running = np.bincount(i0, minlength=n_b)
+    running -= np.bincount(i1, minlength=n_b)
+    running = np.cumsum(running[:-1])
     on = running > 0
     dens = np.where(on, seg_idle / np.maximum(running, 1), 0.0)
+    del running
+    blamed = int(seg_idle[on].sum())
+    del seg_idle, on
     g = np.r_[0.0, np.cumsum(dens)]
-    return g[i1] - g[i0], int(seg_idle[on].sum())
+    del dens
+    return g[i1] - g[i0], blamed
 
 
 def largest_remainder(values: np.ndarray, total: int) -> np.ndarray:
@@ -257,9 +279,10 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
     hs, he, hn, ht, hy = hs[keep], he[keep], hn[keep], ht[keep], hy[keep]
     order, hs2, cut = _disjoint_per_thread(hs, he, ht)
     _add(out.skipped, OVERLAP_HOST, cut)
-    hs, he, hn, hy = hs2, he[order], hn[order], hy[order]
-    keep = he > hs
-    hs, he, hn, hy = hs[keep], he[keep], hn[keep], hy[keep]
+    if order is not None:
+        hs, he, hn, hy = hs2, he[order], hn[order], hy[order]
+        keep = he > hs
+        hs, he, hn, hy = hs[keep], he[keep], hn[keep], hy[keep]
 
     shares = np.zeros(len(hs))
     blamed = 0

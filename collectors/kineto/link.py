@@ -80,7 +80,7 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     nodes = _SpanNodes(spans, fwd_of, threads, builder, frames, base)
     _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
                           as_int(trace.baseTimeNanoseconds, 0), out)
-    out.cpu_node.extend(map(nodes.node, spans.ops.tolist()))
+    out.cpu_node.extend(nodes.nodes(spans.ops).tolist())
     out.cpu_self.extend(cpu_self)
     if len(cols.memory):
         first = [int(start.min())] if len(start) else []
@@ -88,7 +88,7 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
         place_memory(cols.memory, cols.thread_ids, thread, start, order, parent, end_l, cols.name, nodes.node,
                      builder, frames, base, min(first) if first else None, out)
     if meta is not None:
-        wait_metrics(spans, end, nodes.node, cols.gpu, builder, frames, base,
+        wait_metrics(spans, end, nodes.nodes, cols.gpu, builder, frames, base,
                      as_int(trace.baseTimeNanoseconds, 0), out, meta, cols.launch_of_corr)
 
 
@@ -354,6 +354,22 @@ class _SpanNodes:
                 node_of[k] = nd
             busy[k] = False
         return nd
+
+    def nodes(self, idx: np.ndarray) -> np.ndarray:
+        """The nodes of spans idx (any order, repeats allowed). Those not made yet are made in
+        ascending span order, as calling `node` on each in that order would (on a span that
+        has its node, `node` changes nothing); only they cost a Python call."""
+        node_of = self._node_of
+        have = np.asarray(node_of, dtype=np.int64)
+        miss = idx[have[idx] < 0]
+        if len(miss):
+            node = self.node
+            miss = np.sort(miss)
+            # Repeats dropped by hand: np.unique hashes, several times slower on sorted ints.
+            for i in miss[np.r_[True, miss[1:] != miss[:-1]]].tolist():
+                node(i)
+            have = np.asarray(node_of, dtype=np.int64)
+        return have[idx]
 
     def _walk(self, i: int) -> int:
         """`node` in general: an explicit stack over parents, backward links and thread anchors,

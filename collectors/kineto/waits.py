@@ -97,25 +97,18 @@ def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.
     return t[k], t[k + 1], owner[k]
 
 
-def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_of: Callable[[int], int], gpu: list[tuple],
+def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndarray], np.ndarray],
+                 gpu: list[tuple],
                  builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int, out: ActivityColumns,
                  meta: dict[str, Any], launch_of_corr: dict[int, int] | None = None) -> None:
     """Add host_time, sync_time and gpu_idle_time to `out.extra` (nodes made in `builder` as
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
-    `meta`. `raw_end` is each span's end before nesting clipped it: a synchronize counts whole.
+    `meta`. `node_ids` gives the tree nodes of spans (the linker makes them on demand).
+    `raw_end` is each span's end before nesting clipped it: a synchronize counts whole.
     `launch_of_corr` (correlation → launch span) tells when each GPU activity was launched (the
     launch call's end): idle while launched work waited to start is `queued`, not the host's
     (dlpt/idle.py)."""
     kind, start = spans.kind, spans.start
-    node_memo = np.full(len(kind), -1, dtype=I64)
-
-    def node_ids(idx: np.ndarray) -> np.ndarray:
-        """The nodes of spans idx, each asked of the linker once (it makes them on demand)."""
-        todo = np.unique(idx[node_memo[idx] < 0])
-        if len(todo):
-            node_memo[todo] = [node_of(i) for i in todo.tolist()]
-        return node_memo[idx]
-
     launch = np.flatnonzero(kind == LAUNCH)
     sync = np.zeros(len(kind), dtype=bool)
     sync[launch] = [is_sync_call(spans.name[i]) for i in launch.tolist()]
