@@ -141,6 +141,17 @@ def sum_rows(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def add_exact(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """`np.add.at(out, index, values)` for int64: a bincount (several times faster) where float
+    weights are exact, that is where all the values together stay under 2**52."""
+    if not len(values):
+        return
+    if float(np.abs(values).sum(dtype=np.float64)) < 2.0**52:
+        out += np.bincount(index, weights=values, minlength=len(out)).astype(np.int64)
+    else:
+        np.add.at(out, index, values)
+
+
 class TreeBuilder:
     """Grows a tree one (parent, frame) edge at a time through a cache, then renumbers it in
     preorder. Collectors memoise the node of each context, so a path is never walked twice."""

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.cct import TreeBuilder
+from dlpt.cct import TreeBuilder, add_exact
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.columns import Columns
 from dlpt.collectors.kineto.decode import ANNOT, LAUNCH, OP, PY, Trace, as_int
 from dlpt.collectors.kineto.memory import place_memory
+from dlpt.collectors.kineto.paths import PathNodes, span_paths
 from dlpt.collectors.kineto.waits import wait_metrics
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
@@ -77,7 +78,10 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     cpu_self = _op_self_time(spans)
     fwd_of = _backward_links(spans, cols.flow_s, cols.flow_f)
     threads = _Threads(spans, cols.thread_ids, cols.thread_names)
-    nodes = _SpanNodes(spans, fwd_of, threads, builder, frames, base)
+    frames.intern(BACKWARD_FRAME)  # before any span's frame, whichever way nodes are made
+    paths = span_paths(spans, fwd_of, threads)
+    nodes: PathNodes | _SpanNodes = (PathNodes(*paths, builder, frames, base) if paths is not None
+                                     else _SpanNodes(spans, fwd_of, threads, builder, frames, base))
     _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
                           as_int(trace.baseTimeNanoseconds, 0), out)
     out.cpu_node.extend(nodes.nodes(spans.ops).tolist())
@@ -157,7 +161,7 @@ def _op_self_time(spans: _Spans) -> list[int]:
     kind, start, end, ops = spans.kind, spans.start, spans.end, spans.ops
     par = np.asarray(spans.parent, dtype=np.int64)
     child_time = np.zeros(len(kind), dtype=np.int64)
-    both = np.union1d(ops, np.flatnonzero(kind == ANNOT))
+    both = np.flatnonzero((kind == OP) | (kind == ANNOT))  # ops and annotations, in span order
     inner = both[par[both] >= 0]
     q = par[inner]
     climb = np.flatnonzero((kind[q] != OP) & (kind[q] != ANNOT))
@@ -167,7 +171,7 @@ def _op_self_time(spans: _Spans) -> list[int]:
         climb = climb[(kind[q[climb]] != OP) & (kind[q[climb]] != ANNOT)]
     has_op = q >= 0
     has_op[has_op] = kind[q[has_op]] == OP
-    np.add.at(child_time, q[has_op], (end - start)[inner[has_op]])
+    add_exact(child_time, q[has_op], (end - start)[inner[has_op]])
     return np.maximum(end[ops] - start[ops] - child_time[ops], 0).tolist()
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlpt.cct import TreeBuilder
+from dlpt.cct import TreeBuilder, add_exact
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.decode import LAUNCH, PY
 from dlpt.frames import FrameTable
@@ -62,7 +62,7 @@ def python_self_time(spans: _Spans) -> tuple[np.ndarray, np.ndarray]:
     anc = _nearest(par, py, idx)
     child = np.zeros(len(par), dtype=I64)
     has = anc >= 0
-    np.add.at(child, anc[has], dur[idx[has]])
+    add_exact(child, anc[has], dur[idx[has]])
     return idx, np.maximum(dur[idx] - child[idx], 0)
 
 
