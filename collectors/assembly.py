@@ -30,8 +30,8 @@ class ActivityColumns:
     duration: list[int] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)
     count: list[int] = field(default_factory=list)  # activities per row; empty: one each
-    cpu_node: list[int] = field(default_factory=list)
-    cpu_self: list[int] = field(default_factory=list)
+    cpu_node: list[int] | np.ndarray = field(default_factory=list)
+    cpu_self: list[int] | np.ndarray = field(default_factory=list)
     # Further metric columns by name (host_time, sync_time, gpu_idle_time, ...): builder node ids
     # and their values, totalled per node like the rest.
     extra: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -50,7 +50,7 @@ def build_profile(builder: TreeBuilder, frames: FrameTable, cols: ActivityColumn
         bytes=np.asarray(cols.nbytes, dtype=i64),
         count=np.asarray(cols.count, dtype=i64) if cols.count else None,
     )
-    cpu_node = new_of_old[np.asarray(cols.cpu_node, dtype=i64)] if cols.cpu_node else np.zeros(0, i64)
+    cpu_node = new_of_old[np.asarray(cols.cpu_node, dtype=i64)] if len(cols.cpu_node) else np.zeros(0, i64)
     exc = exclusive_matrix(len(parent), act.node, act.kind, act.duration, act.bytes,
                            cpu_node, np.asarray(cols.cpu_self, dtype=i64), act.count,
                            collective=collective_mask(frames.frames, act.name, act.kind))

@@ -276,7 +276,8 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
     bad_node = (hn < 0) | (hn >= n_nodes)
     _add(out.skipped, UNKNOWN_NODE, int((bad_node & (he >= hs)).sum()))
     keep = (he > hs) & ~bad_node
-    hs, he, hn, ht, hy = hs[keep], he[keep], hn[keep], ht[keep], hy[keep]
+    if not keep.all():  # copies of every column, held to the end: only when some go
+        hs, he, hn, ht, hy = hs[keep], he[keep], hn[keep], ht[keep], hy[keep]
     order, hs2, cut = _disjoint_per_thread(hs, he, ht)
     _add(out.skipped, OVERLAP_HOST, cut)
     if order is not None:
@@ -322,13 +323,18 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
             d.queued = total - int((ge - gs).sum())
         hs_c, he_c = np.clip(hs, first, w1), np.clip(he, first, w1)
         live = he_c > hs_c
+        all_live = bool(live.all())
         if len(sync_s) and len(gs):
             k = np.searchsorted(sync_s, gs, side="right") - 1
             until = sync_e[np.maximum(k, 0)]
             drained = (k >= 0) & (gs < until)
             out.after_sync += int(np.maximum(ge - np.maximum(gs, until), 0)[drained].sum())
-        dev_shares, dev_blamed = _device_shares(gs, ge, hs_c[live], he_c[live])
-        shares[live] += dev_shares
+        if all_live:  # no copies of the columns when every interval is inside the window
+            dev_shares, dev_blamed = _device_shares(gs, ge, hs_c, he_c)
+            shares += dev_shares
+        else:
+            dev_shares, dev_blamed = _device_shares(gs, ge, hs_c[live], he_c[live])
+            shares[live] += dev_shares
         blamed += dev_blamed
         d.blamed = dev_blamed
         d.unattributed = d.idle - d.startup - d.queued - dev_blamed

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -73,8 +74,8 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     out.skipped += cols.skipped
     kind, thread, start, end, seq = cols.arrays()
     order = np.lexsort((kind, -end, start, thread)) if len(kind) else np.zeros(0, dtype=np.int64)
-    parent, end_l = _nest(order, thread, start, end)
-    spans = _Spans(kind, thread, start, seq, cols.name, order, parent, end_l)
+    parent, end_c = _nest(order, thread, start, end)
+    spans = _Spans(kind, thread, start, seq, cols.name, order, parent, end_c)
     cpu_self = _op_self_time(spans)
     fwd_of = _backward_links(spans, cols.flow_s, cols.flow_f)
     threads = _Threads(spans, cols.thread_ids, cols.thread_names)
@@ -84,12 +85,14 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
                                      else _SpanNodes(spans, fwd_of, threads, builder, frames, base))
     _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
                           as_int(trace.baseTimeNanoseconds, 0), out)
-    out.cpu_node.extend(nodes.nodes(spans.ops).tolist())
-    out.cpu_self.extend(cpu_self)
+    # Arrays, not lists: a list of half a million ints is five times the memory, at the peak.
+    out.cpu_node = np.r_[np.asarray(out.cpu_node, dtype=np.int64), nodes.nodes(spans.ops)]
+    out.cpu_self = np.r_[np.asarray(out.cpu_self, dtype=np.int64), cpu_self]
     if len(cols.memory):
         first = [int(start.min())] if len(start) else []
         first += [min(g[2] for g in cols.gpu)] if cols.gpu else []
-        place_memory(cols.memory, cols.thread_ids, thread, start, order, parent, end_l, cols.name, nodes.node,
+        place_memory(cols.memory, cols.thread_ids, thread, start, order, spans.parent_l, spans.end_l, cols.name,
+                     nodes.node,
                      builder, frames, base, min(first) if first else None, out)
     if meta is not None:
         wait_metrics(spans, end, nodes.nodes, cols.gpu, builder, frames, base,
@@ -97,11 +100,11 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
 
 
 def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,
-          end: np.ndarray) -> tuple[list[int], list[int]]:
+          end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(parent span of each span or -1, end clipped to the parent's) by nesting the spans of each
     thread by time. `order` sorts them by thread, start, longest first, then kind, so that a
-    span's enclosing spans come before it. Python lists: the loop is scalar steps, which numpy
-    would make slower."""
+    span's enclosing spans come before it. Python lists inside: the loop is scalar steps, which
+    numpy would make slower; arrays out, a fifth of the lists' memory."""
     parent = [-1] * len(end)
     end_l = end.tolist()
     cur_t = -1
@@ -118,14 +121,16 @@ def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,
             if end_l[i] > end_l[p]:  # float rounding let the child overrun its parent
                 end_l[i] = end_l[p]
         stack.append(i)
-    return parent, end_l
+    return np.asarray(parent, dtype=np.int64), np.asarray(end_l, dtype=np.int64)
 
 
 @dataclass
 class _Spans:
     """The host spans of one trace once nested, as the later stages share them: numpy columns
-    for the whole-array steps, and list copies of those the per-span Python loops index
-    (indexing a list is several times faster than taking a numpy scalar)."""
+    for the whole-array steps, and list copies, made when first asked for, for the per-span
+    Python loops that remain (a trace whose links loop, memory events): indexing a list is
+    several times faster than taking a numpy scalar, but a list of ints takes five times the
+    memory, so whole-array stages never ask for them."""
 
     kind: np.ndarray
     thread: np.ndarray
@@ -133,20 +138,32 @@ class _Spans:
     seq: np.ndarray  # sequence number of an op, -1 for none
     name: list[str]
     order: np.ndarray  # by thread, then start (`_nest`)
-    parent: list[int]
-    end_l: list[int]  # clipped to the parent's end
-    end: np.ndarray = field(init=False)
-    kind_l: list[int] = field(init=False)
-    thread_l: list[int] = field(init=False)
-    start_l: list[int] = field(init=False)
+    parent: np.ndarray
+    end: np.ndarray  # clipped to the parent's end
     ops: np.ndarray = field(init=False)  # the op spans, in span order
     py_threads: set[int] = field(init=False)  # threads with Python frames in the trace
 
+    @cached_property
+    def parent_l(self) -> list[int]:
+        return self.parent.tolist()
+
+    @cached_property
+    def end_l(self) -> list[int]:
+        return self.end.tolist()
+
+    @cached_property
+    def kind_l(self) -> list[int]:
+        return self.kind.tolist()
+
+    @cached_property
+    def thread_l(self) -> list[int]:
+        return self.thread.tolist()
+
+    @cached_property
+    def start_l(self) -> list[int]:
+        return self.start.tolist()
+
     def __post_init__(self) -> None:
-        self.end = np.asarray(self.end_l, dtype=np.int64)
-        self.kind_l = self.kind.tolist()
-        self.thread_l = self.thread.tolist()
-        self.start_l = self.start.tolist()
         self.ops = np.flatnonzero(self.kind == OP)
         self.py_threads = set(self.thread[self.kind == PY].tolist())
 
@@ -172,18 +189,19 @@ def _op_self_time(spans: _Spans) -> list[int]:
     has_op = q >= 0
     has_op[has_op] = kind[q[has_op]] == OP
     add_exact(child_time, q[has_op], (end - start)[inner[has_op]])
-    return np.maximum(end[ops] - start[ops] - child_time[ops], 0).tolist()
+    return np.maximum(end[ops] - start[ops] - child_time[ops], 0)
 
 
-def _backward_root(spans: _Spans, i: int) -> int:
-    """The `evaluate_function` op around op i, or i itself."""
-    kind_l, name, parent = spans.kind_l, spans.name, spans.parent
-    j = i
-    while j >= 0:
-        if kind_l[j] == OP and name[j].startswith(BACKWARD_PREFIX):
-            return j
-        j = parent[j]
-    return i
+def _backward_roots(parent: np.ndarray, is_eval: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """The `evaluate_function` op around each op (itself included), or the op itself where
+    there is none; all at once, one level per step."""
+    q = ops.copy()
+    climb = np.flatnonzero(~is_eval[q])
+    while len(climb):
+        q[climb] = parent[q[climb]]
+        climb = climb[q[climb] >= 0]
+        climb = climb[~is_eval[q[climb]]]
+    return np.where(q >= 0, q, ops)
 
 
 def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
@@ -196,7 +214,9 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     n = len(kind)
     op_at = _first_ops_at(order[kind[order] == OP], thread, start,
                           list({*flow_s.values(), *flow_f.values()}))
-    fwd_of: dict[int, int] = {}
+    is_eval = np.zeros(n, dtype=bool)  # the `evaluate_function` ops
+    is_eval[ops] = [name[i].startswith(BACKWARD_PREFIX) for i in ops.tolist()]
+    pairs = []
     for fid, (tf, sf) in flow_f.items():
         src = flow_s.get(fid)
         if src is None:
@@ -204,10 +224,16 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
         b = op_at.get((tf, sf))
         f = op_at.get(src)
         if b is not None and f is not None:
-            fwd_of.setdefault(_backward_root(spans, b), f)
+            pairs.append((b, f))
+    fwd_of: dict[int, int] = {}
+    if pairs:
+        roots = _backward_roots(spans.parent, is_eval, np.fromiter((b for b, _ in pairs), dtype=np.int64,
+                                                                  count=len(pairs)))
+        for r, (_, f) in zip(roots.tolist(), pairs):
+            fwd_of.setdefault(r, f)
     numbered = ops[seq[ops] >= 0]
     is_bwd = np.zeros(n, dtype=bool)
-    is_bwd[numbered] = [name[i].startswith(BACKWARD_PREFIX) for i in numbered.tolist()]
+    is_bwd[numbered] = is_eval[numbered]
     py_thread = np.zeros(n, dtype=bool)
     py_threads = spans.py_threads
     if py_threads:
@@ -230,7 +256,7 @@ class _Threads:
     def __init__(self, spans: _Spans, thread_ids: dict[tuple, int], thread_names: dict[tuple, str]) -> None:
         thread, start, order, name = spans.thread, spans.start, spans.order, spans.name
         self.py_threads = spans.py_threads
-        self._thread_l = spans.thread_l
+        self._thread = spans.thread
         self._parent = spans.parent
         t_sorted = thread[order]
         firsts = (np.flatnonzero(np.r_[True, t_sorted[1:] != t_sorted[:-1]]) if len(order)
@@ -238,11 +264,11 @@ class _Threads:
         # Spans are sorted by thread, then start: the first of each thread starts it.
         self._first_start = dict(zip(t_sorted[firsts].tolist(), start[order[firsts]].tolist()))
         py_spans = np.flatnonzero(spans.kind == PY).tolist()
-        start_l, end_l = spans.start_l, spans.end_l
-        self._run_backward = sorted((start_l[i], end_l[i], i) for i in py_spans if "run_backward" in name[i])
+        rb = [i for i in py_spans if "run_backward" in name[i]]
+        self._run_backward = sorted(zip(start[rb].tolist(), spans.end[rb].tolist(), rb))
         self._rb_starts = [r[0] for r in self._run_backward]
-        self._thread_starts = sorted((start_l[i], i) for i in py_spans
-                                     if name[i].startswith("threading.py(") and name[i].endswith("): start"))
+        ts = [i for i in py_spans if name[i].startswith("threading.py(") and name[i].endswith("): start")]
+        self._thread_starts = sorted(zip(start[ts].tolist(), ts))
         self._ts_starts = [x[0] for x in self._thread_starts]
         self._key_of = {v: k for k, v in thread_ids.items()}
         self._names = thread_names
@@ -253,7 +279,7 @@ class _Threads:
         last = bisect.bisect_right(self._rb_starts, s) - 1
         for k in range(last, max(last - 4, -1), -1):
             rs, re_, ri = self._run_backward[k]
-            if rs <= s < re_ and self._thread_l[ri] != t:
+            if rs <= s < re_ and self._thread[ri] != t:
                 return ri
         return -1
 
@@ -263,8 +289,8 @@ class _Threads:
         k = bisect.bisect_right(self._ts_starts, self._first_start.get(t, 0)) - 1
         if k >= 0:
             si = self._thread_starts[k][1]
-            ps = self._parent[si]
-            if ps >= 0 and self._thread_l[si] != t:
+            ps = int(self._parent[si])
+            if ps >= 0 and self._thread[si] != t:
                 return ps
         return -1
 
@@ -283,7 +309,7 @@ class _SpanNodes:
                  frames: FrameTable, base: int) -> None:
         # The spans' columns as attributes of their own: these methods run once or more per span,
         # and every `self.a.b` costs a lookup.
-        self._kind_l, self._name, self._parent = spans.kind_l, spans.name, spans.parent
+        self._kind_l, self._name, self._parent = spans.kind_l, spans.name, spans.parent_l
         self._thread_l, self._start_l = spans.thread_l, spans.start_l
         self._fwd_of = fwd_of
         self._threads = threads

@@ -94,7 +94,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
     bwd = code(BACKWARD_FRAME)
 
     # Each span's dependency and how its context comes from it.
-    dep = np.asarray(spans.parent, dtype=I64)
+    dep = np.array(spans.parent, dtype=I64)  # a copy: links and thread anchors go in
     how = np.zeros(n, dtype=np.int8)
     tcode = np.full(n, -1, dtype=I64)
     if fwd_of:
@@ -103,14 +103,13 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
         how[fj] = _BWD
     linked = how == _BWD
     started: dict[int, int] = {}
-    thread_l, start_l = spans.thread_l, spans.start_l
     top = np.flatnonzero((dep < 0) & ~linked)
     py = threads.py_threads
     on_py = np.isin(spans.thread[top], np.fromiter(py, dtype=I64, count=len(py)))
     how[top[on_py]] = _BASE
-    for j in top[~on_py].tolist():
-        t = thread_l[j]
-        rb = threads.run_backward_around(t, start_l[j])
+    rest = top[~on_py]
+    for j, t, s in zip(rest.tolist(), spans.thread[rest].tolist(), spans.start[rest].tolist()):
+        rb = threads.run_backward_around(t, s)
         if rb >= 0:
             dep[j], how[j] = rb, _BWD
             continue

@@ -82,17 +82,22 @@ def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.
     sel[idx] = True
     par = np.asarray(spans.parent, dtype=I64)
     anc = _nearest(par, sel, idx)
+    del sel
+    # One tie key for (end before start, inner end first, outer start first): the span's
+    # position in `spans.order`, negated for ends, starts shifted above every end.
     pos = np.empty(len(start), dtype=I64)
     pos[spans.order] = np.arange(len(spans.order))
-    n = len(idx)
+    tie = np.r_[pos[idx] + I64(len(start) + 1), -pos[idx]]
+    del pos
     t = np.r_[start[idx], end[idx]]
-    owner = np.r_[idx, anc]
     th = np.r_[thread[idx], thread[idx]]
-    is_start = np.r_[np.ones(n, dtype=I64), np.zeros(n, dtype=I64)]
-    tie = np.r_[pos[idx], -pos[idx]]
-    o = np.lexsort((tie, is_start, t, th))
-    t, owner, th = t[o], owner[o], th[o]
+    o = np.lexsort((tie, t, th))
+    del tie
+    t, th = t[o], th[o]
+    owner = np.r_[idx, anc][o]
+    del o
     keep = (th[:-1] == th[1:]) & (t[1:] > t[:-1]) & (owner[:-1] >= 0)
+    del th
     k = np.flatnonzero(keep)
     return t[k], t[k + 1], owner[k]
 
