@@ -11,6 +11,9 @@ takes it as rank 0).
     python bench/run.py read                  # 4 sizes from gpt_train (~72k .. ~523k events), 3 repeats
     python bench/run.py read --quick          # 2 small sizes, 2 repeats
     python bench/run.py read --repeats 5 --sizes 4,8,16,29
+    python bench/run.py read --dlpt-path /tmp/new --baseline-path /tmp/old
+        # a checkout's dlpt (a folder holding its `dlpt` package, e.g. links to a worktree's
+        # dlpt/, collectors/ and viewers/) instead of the installed one, and another beside it
 
 `interop`: GraphFrame construction, dlpt's direct build from arrays against hatchet's literal
 reader, on the gpt_train fixture and on larger trees made by repeating it under rank nodes.
@@ -46,6 +49,14 @@ def dlpt_command() -> list[str]:
     return [sys.executable, script]
 
 
+def path_command(root: str) -> tuple[list[str], dict[str, str]]:
+    """`python -m dlpt` importing the `dlpt` package found in `root` (not the installed one)."""
+    if not os.path.isfile(os.path.join(root, "dlpt", "__init__.py")):
+        raise SystemExit(f"{root}: no dlpt package in it")
+    env = dict(os.environ, PYTHONPATH=root, PYTHONSAFEPATH="1")
+    return [sys.executable, "-m", "dlpt"], env
+
+
 def make_trace(repeats: int) -> tuple[str, str, int]:
     """(directory, file, events) of the gpt_train trace repeated `repeats` times."""
     d = os.path.join(OUT, f"gpt_x{repeats}")
@@ -62,10 +73,10 @@ def make_trace(repeats: int) -> tuple[str, str, int]:
         return d, f, int(fh.read().strip())
 
 
-def run_child(cmd: list[str]) -> tuple[float, float]:
+def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one run of `cmd`, output discarded."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -91,32 +102,44 @@ def read(argv: list[str]) -> None:
     ap.add_argument("--quick", action="store_true", help="sizes 1,4 and 2 repeats")
     ap.add_argument("--no-hta", action="store_true", help="time dlpt alone")
     ap.add_argument("--json", default=None, help="also write the raw runs here")
+    ap.add_argument("--dlpt-path", default=None, metavar="DIR",
+                    help="time the dlpt package in DIR (python -m dlpt, PYTHONPATH=DIR), not the installed one")
+    ap.add_argument("--baseline-path", default=None, metavar="DIR",
+                    help="also time the dlpt package in DIR, interleaved with the others (before/after)")
     args = ap.parse_args(argv)
     sizes = [1, 4] if args.quick else [int(x) for x in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
-    dlpt = dlpt_command()
+    dlpt, dlpt_env = path_command(args.dlpt_path) if args.dlpt_path else (dlpt_command(), None)
+    base = path_command(args.baseline_path) if args.baseline_path else None
     if not args.no_hta:
         import hta.version as hv
 
         hta_version = ".".join(map(str, hv.__version_tuple__))
     else:
         hta_version = "-"
-    print(f"dlpt: {' '.join(dlpt)}; HTA {hta_version}; {os.cpu_count()} CPUs; {repeats} runs each, medians",
+    where = f" (PYTHONPATH={args.dlpt_path})" if args.dlpt_path else ""
+    print(f"dlpt: {' '.join(dlpt)}{where}; HTA {hta_version}; {os.cpu_count()} CPUs; {repeats} runs each, medians",
           flush=True)
     rows = []
+    base_rows = []
     raw = []
+    report = ["report", "", "--view", "flat", "--by", "line"]
     for reps in sizes:
         d, f, events = make_trace(reps)
         mb = os.path.getsize(f) / 1e6
-        res: dict[str, list[tuple[float, float]]] = {"dlpt": [], "hta": []}
+        res: dict[str, list[tuple[float, float]]] = {"dlpt": [], "hta": [], "baseline": []}
+        report[1] = f
         for _ in range(repeats):
             # Interleaved: one dlpt run, one HTA run, so that both see the same machine load.
-            res["dlpt"].append(run_child(dlpt + ["report", f, "--view", "flat", "--by", "line"]))
+            res["dlpt"].append(run_child(dlpt + report, dlpt_env))
+            if base is not None:
+                res["baseline"].append(run_child(base[0] + report, base[1]))
             if not args.no_hta:
                 res["hta"].append(run_child([sys.executable, "-c", HTA_CODE, d]))
         med = {k: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v)) if v else (float("nan"),) * 2
                for k, v in res.items()}
         rows.append((events, mb, *med["dlpt"], *med["hta"]))
+        base_rows.append((events, *med["baseline"], *med["dlpt"], *med["hta"]))
         raw.append({"events": events, "mb": mb, **res})
         print(f"  {events} events done: dlpt {med['dlpt'][0]:.2f} s, HTA {med['hta'][0]:.2f} s", flush=True)
     print()
@@ -126,6 +149,14 @@ def read(argv: list[str]) -> None:
     for events, mb, dt, dm, ht, hm in rows:
         print(f"| {events:,} | {mb:.0f} | {dt:.2f} | {ht:.2f} | {ht / dt:.1f}× | {dm:.0f} | {hm:.0f} | "
               f"{dm / hm:.2f} | {1e6 * dt / events:.2f} | {1e6 * ht / events:.2f} |")
+    if base is not None:
+        print()
+        print(f"baseline: PYTHONPATH={args.baseline_path}, timed in the same runs")
+        print("| events | baseline s | dlpt s | baseline speed-up over HTA | baseline peak MB | dlpt peak MB | "
+              "baseline memory ratio |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for events, bt, bm, dt, dm, ht, hm in base_rows:
+            print(f"| {events:,} | {bt:.2f} | {dt:.2f} | {ht / bt:.1f}× | {bm:.0f} | {dm:.0f} | {bm / hm:.2f} |")
     if len(rows) >= 2:
         # Linearity: a least-squares line through the medians, and how far any size is from it.
         ev = [r[0] for r in rows]
