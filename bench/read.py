@@ -3,7 +3,10 @@
 `read`: `dlpt report` against Holistic Trace Analysis's `TraceAnalysis` on the same Kineto traces,
 at several sizes. Each measurement is a fresh process (imports included, as a user would run it);
 dlpt and HTA runs are interleaved so that load from other processes on the machine falls on both
-alike, and medians are reported. Peak memory is the child's own `ru_maxrss` from `wait4`. Traces
+alike, and medians are reported. Every child may cache compiled bytecode (under bench/out/pycache,
+whatever PYTHONDONTWRITEBYTECODE says) and each command runs once untimed first: an installed
+package (HTA, numpy) has its .pyc files, and dlpt read from a checkout would otherwise compile
+its own modules in every run (0.15-0.25 s on this machine), which no installed dlpt does. Peak memory is the child's own `ru_maxrss` from `wait4`. Traces
 are made once with shared/tools/synth_big.py under bench/out/ (git-ignored), one directory per
 size, as HTA's `TraceAnalysis(trace_dir=...)` wants (no `distributedInfo` in the file: HTA then
 takes it as rank 0).
@@ -49,12 +52,19 @@ def dlpt_command() -> list[str]:
     return [sys.executable, script]
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a timed child: bytecode cached in one folder for every tool alike."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(OUT, "pycache")
+    env.update(extra)
+    return env
+
+
 def path_command(root: str) -> tuple[list[str], dict[str, str]]:
     """`python -m dlpt` importing the `dlpt` package found in `root` (not the installed one)."""
     if not os.path.isfile(os.path.join(root, "dlpt", "__init__.py")):
         raise SystemExit(f"{root}: no dlpt package in it")
-    env = dict(os.environ, PYTHONPATH=root, PYTHONSAFEPATH="1")
-    return [sys.executable, "-m", "dlpt"], env
+    return [sys.executable, "-m", "dlpt"], child_env(PYTHONPATH=os.path.abspath(root), PYTHONSAFEPATH="1")
 
 
 def make_trace(repeats: int) -> tuple[str, str, int]:
@@ -109,7 +119,7 @@ def read(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     sizes = [1, 4] if args.quick else [int(x) for x in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
-    dlpt, dlpt_env = path_command(args.dlpt_path) if args.dlpt_path else (dlpt_command(), None)
+    dlpt, dlpt_env = path_command(args.dlpt_path) if args.dlpt_path else (dlpt_command(), child_env())
     base = path_command(args.baseline_path) if args.baseline_path else None
     if not args.no_hta:
         import hta.version as hv
@@ -124,6 +134,15 @@ def read(argv: list[str]) -> None:
     base_rows = []
     raw = []
     report = ["report", "", "--view", "flat", "--by", "line"]
+    hta_env = child_env()
+    # Untimed first runs: bytecode compiled and cached, as an installed package has it.
+    d0, f0, _ = make_trace(min(sizes))
+    report[1] = f0
+    run_child(dlpt + report, dlpt_env)
+    if base is not None:
+        run_child(base[0] + report, base[1])
+    if not args.no_hta:
+        run_child([sys.executable, "-c", HTA_CODE, d0], hta_env)
     for reps in sizes:
         d, f, events = make_trace(reps)
         mb = os.path.getsize(f) / 1e6
@@ -135,7 +154,7 @@ def read(argv: list[str]) -> None:
             if base is not None:
                 res["baseline"].append(run_child(base[0] + report, base[1]))
             if not args.no_hta:
-                res["hta"].append(run_child([sys.executable, "-c", HTA_CODE, d]))
+                res["hta"].append(run_child([sys.executable, "-c", HTA_CODE, d], hta_env))
         med = {k: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v)) if v else (float("nan"),) * 2
                for k, v in res.items()}
         rows.append((events, mb, *med["dlpt"], *med["hta"]))
