@@ -40,8 +40,16 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     """(nanoseconds, valid) of microsecond values, as `_ns` gives them one at a time, plus the
     int64 range check. A column of floats (what Kineto writes) goes through numpy: `rint` rounds
     half to even as `round` does, and float products are the same IEEE operation in both."""
-    kinds = set(map(type, values))
     n = len(values)
+    try:
+        # None becomes NaN (invalid below, as `_ns` has it); below 2**53 every int is exact too.
+        x = np.array(values, dtype=np.float64) * 1000.0
+        if not (np.abs(x) >= 2.0**53).any():
+            ok = np.abs(x) < _NS_LIMIT  # false for nan and inf too
+            return np.where(ok, np.rint(x), 0).astype(np.int64), ok
+    except (TypeError, ValueError, OverflowError):
+        pass
+    kinds = set(map(type, values))
     if kinds <= {float, int}:
         x = np.asarray(values, dtype=np.float64) * 1000.0
         # Ints (an event with no `dur` has 0) are exact in float64 while the product stays
@@ -131,14 +139,19 @@ class Columns:
         h_keys = list(map(_KEY, hsub))
         f_keys = list(map(_KEY, fsub))
         thread_ids = self.thread_ids
-        new = [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
+        h_thread = np.fromiter(map(thread_ids.get, h_keys, repeat(-1)), dtype=np.int64, count=len(h_keys))
+        # Only a chunk with a thread not seen before (the first, mostly) looks for new ones.
+        known = not (h_thread < 0).any() and all(k in thread_ids for k in f_keys)
+        new = [] if known else [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
         if new:
             # Position of each key's first event: filled from the back, so the first one stays.
             first = dict(zip(reversed(f_keys), reversed(f_idx.tolist())))
             first_h = dict(zip(reversed(h_keys), reversed(cand[h_idx].tolist())))
             for k in sorted(new, key=lambda k: min(first.get(k, 1 << 62), first_h.get(k, 1 << 62))):
                 thread_ids[k] = len(thread_ids)
-        self.thread.append(np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys)))
+        if not known:
+            h_thread = np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys))
+        self.thread.append(h_thread)
         if fsub:
             f_thread = map(thread_ids.__getitem__, f_keys)
             f_val = zip(f_thread, fs_ns.tolist())
@@ -184,7 +197,9 @@ class Columns:
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
             elif e.name == "process_labels" and e.args is not None and isinstance(e.args.labels, str):
                 self.labels[e.pid] = e.args.labels.strip()
-        self.memory.add(events)
+        # `[memory]` events are instant events ("i"): only the events of a ph this pass does not
+        # read (code 0) are handed on, not every event.
+        self.memory.add([events[i] for i in np.flatnonzero(ph == 0).tolist()])
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(kind, thread, start, end, sequence number) of all spans."""

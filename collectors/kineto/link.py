@@ -192,15 +192,15 @@ def _op_self_time(spans: _Spans) -> list[int]:
     return np.maximum(end[ops] - start[ops] - child_time[ops], 0)
 
 
-def _backward_roots(parent: np.ndarray, is_eval: np.ndarray, ops: np.ndarray) -> np.ndarray:
+def _backward_roots(parent: np.ndarray, is_eval: Callable[[np.ndarray], np.ndarray], ops: np.ndarray) -> np.ndarray:
     """The `evaluate_function` op around each op (itself included), or the op itself where
     there is none; all at once, one level per step."""
     q = ops.copy()
-    climb = np.flatnonzero(~is_eval[q])
+    climb = np.flatnonzero(~is_eval(q))
     while len(climb):
         q[climb] = parent[q[climb]]
         climb = climb[q[climb] >= 0]
-        climb = climb[~is_eval[q[climb]]]
+        climb = climb[~is_eval(q[climb])]
     return np.where(q >= 0, q, ops)
 
 
@@ -214,8 +214,18 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     n = len(kind)
     op_at = _first_ops_at(order[kind[order] == OP], thread, start,
                           list({*flow_s.values(), *flow_f.values()}))
-    is_eval = np.zeros(n, dtype=bool)  # the `evaluate_function` ops
-    is_eval[ops] = [name[i].startswith(BACKWARD_PREFIX) for i in ops.tolist()]
+    # Which spans are `evaluate_function` ops, looked at only where asked (a name test per span).
+    memo = np.full(n, -1, dtype=np.int8)
+
+    def is_eval(idx: np.ndarray) -> np.ndarray:
+        todo = idx[memo[idx] < 0]
+        if len(todo):
+            todo = np.sort(todo)
+            todo = todo[np.r_[True, todo[1:] != todo[:-1]]]
+            memo[todo] = [k == OP and name[i].startswith(BACKWARD_PREFIX)
+                          for i, k in zip(todo.tolist(), kind[todo].tolist())]
+        return memo[idx] == 1
+
     pairs = []
     for fid, (tf, sf) in flow_f.items():
         src = flow_s.get(fid)
@@ -233,7 +243,7 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
             fwd_of.setdefault(r, f)
     numbered = ops[seq[ops] >= 0]
     is_bwd = np.zeros(n, dtype=bool)
-    is_bwd[numbered] = is_eval[numbered]
+    is_bwd[numbered] = is_eval(numbered)
     py_thread = np.zeros(n, dtype=bool)
     py_threads = spans.py_threads
     if py_threads:
