@@ -83,8 +83,10 @@ def make_trace(repeats: int) -> tuple[str, str, int]:
         return d, f, int(fh.read().strip())
 
 
-def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of one run of `cmd`, output discarded."""
+def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds) of one run of `cmd`, output discarded. CPU
+    time (user + system, the child's own) moves less than wall time with other load on the
+    machine: the fairer comparison of the two tools' work where the machine is shared."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, ru = os.wait4(p.pid, 0)
@@ -93,7 +95,7 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float,
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
-    return wall, ru.ru_maxrss / 1024.0  # Linux: kilobytes
+    return wall, ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime  # Linux: kilobytes
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -132,6 +134,7 @@ def read(argv: list[str]) -> None:
           flush=True)
     rows = []
     base_rows = []
+    cpu_rows = []
     raw = []
     report = ["report", "", "--view", "flat", "--by", "line"]
     hta_env = child_env()
@@ -146,7 +149,7 @@ def read(argv: list[str]) -> None:
     for reps in sizes:
         d, f, events = make_trace(reps)
         mb = os.path.getsize(f) / 1e6
-        res: dict[str, list[tuple[float, float]]] = {"dlpt": [], "hta": [], "baseline": []}
+        res: dict[str, list[tuple[float, float, float]]] = {"dlpt": [], "hta": [], "baseline": []}
         report[1] = f
         for _ in range(repeats):
             # Interleaved: one dlpt run, one HTA run, so that both see the same machine load.
@@ -155,10 +158,11 @@ def read(argv: list[str]) -> None:
                 res["baseline"].append(run_child(base[0] + report, base[1]))
             if not args.no_hta:
                 res["hta"].append(run_child([sys.executable, "-c", HTA_CODE, d], hta_env))
-        med = {k: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v)) if v else (float("nan"),) * 2
+        med = {k: tuple(statistics.median(r[c] for r in v) for c in range(3)) if v else (float("nan"),) * 3
                for k, v in res.items()}
-        rows.append((events, mb, *med["dlpt"], *med["hta"]))
-        base_rows.append((events, *med["baseline"], *med["dlpt"], *med["hta"]))
+        rows.append((events, mb, *med["dlpt"][:2], *med["hta"][:2]))
+        base_rows.append((events, *med["baseline"][:2], *med["dlpt"][:2], *med["hta"][:2]))
+        cpu_rows.append((events, med["baseline"][2], med["dlpt"][2], med["hta"][2]))
         raw.append({"events": events, "mb": mb, **res})
         print(f"  {events} events done: dlpt {med['dlpt'][0]:.2f} s, HTA {med['hta'][0]:.2f} s", flush=True)
     print()
@@ -168,6 +172,12 @@ def read(argv: list[str]) -> None:
     for events, mb, dt, dm, ht, hm in rows:
         print(f"| {events:,} | {mb:.0f} | {dt:.2f} | {ht:.2f} | {ht / dt:.1f}× | {dm:.0f} | {hm:.0f} | "
               f"{dm / hm:.2f} | {1e6 * dt / events:.2f} | {1e6 * ht / events:.2f} |")
+    print()
+    print("CPU seconds (user + system), medians of the same runs:")
+    print("| events | dlpt CPU s | HTA CPU s | CPU speed-up |" + (" baseline CPU s |" if base is not None else ""))
+    print("| ---: | ---: | ---: | ---: |" + (" ---: |" if base is not None else ""))
+    for events, bc, dc, hc in cpu_rows:
+        print(f"| {events:,} | {dc:.2f} | {hc:.2f} | {hc / dc:.1f}× |" + (f" {bc:.2f} |" if base is not None else ""))
     if base is not None:
         print()
         print(f"baseline: PYTHONPATH={args.baseline_path}, timed in the same runs")
