@@ -1,5 +1,5 @@
 """Span nodes found for all spans at once (collectors/kineto/paths.py) give the profile the
-one-at-a-time walk gives (link.py's `_SpanNodes`): the same tree, numbered the same, the same
+one-at-a-time walk gives (walk.py's `SpanWalk`): the same tree, numbered the same, the same
 frame ids; and a trace whose links loop, which only the walk reads, still reads."""
 
 from __future__ import annotations

@@ -27,11 +27,12 @@ import numpy as np
 from dlpt.cct import TreeBuilder, add_exact
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.columns import Columns
-from dlpt.collectors.kineto.decode import ANNOT, LAUNCH, OP, PY, Trace, as_int
+from dlpt.collectors.kineto.decode import ANNOT, OP, PY, Trace, as_int
 from dlpt.collectors.kineto.memory import place_memory
 from dlpt.collectors.kineto.paths import PathNodes, span_paths
 from dlpt.collectors.kineto.waits import wait_metrics
-from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame, unattributed_frame
+from dlpt.collectors.kineto.walk import SpanWalk
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, unattributed_frame
 from dlpt.metrics import ACTIVITY_KIND_INFO
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -81,8 +82,8 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     threads = _Threads(spans, cols.thread_ids, cols.thread_names)
     frames.intern(BACKWARD_FRAME)  # before any span's frame, whichever way nodes are made
     paths = span_paths(spans, fwd_of, threads)
-    nodes: PathNodes | _SpanNodes = (PathNodes(*paths, builder, frames, base) if paths is not None
-                                     else _SpanNodes(spans, fwd_of, threads, builder, frames, base))
+    nodes: PathNodes | SpanWalk = (PathNodes(*paths, builder, frames, base) if paths is not None
+                                   else SpanWalk(spans, fwd_of, threads, builder, frames, base))
     _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
                           as_int(trace.baseTimeNanoseconds, 0), out)
     # Arrays, not lists: a list of half a million ints is five times the memory, at the peak.
@@ -144,6 +145,23 @@ class _Spans:
     py_threads: set[int] = field(init=False)  # threads with Python frames in the trace
 
     @cached_property
+    def name_group(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a span of each distinct name, the distinct name of each span): tests on names made
+        once per name, not per span. Names are one str object per distinct name (columns.py),
+        so an object's id stands for its text."""
+        if not len(self.name):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        ids = np.fromiter(map(id, self.name), dtype=np.int64, count=len(self.name))
+        _, first, group = np.unique(ids, return_index=True, return_inverse=True)
+        return first, group.reshape(-1)
+
+    def names_where(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Which spans' names pass `test`, asked once per distinct name."""
+        first, group = self.name_group
+        name = self.name
+        return np.asarray([test(name[i]) for i in first.tolist()], dtype=bool)[group]
+
+    @cached_property
     def parent_l(self) -> list[int]:
         return self.parent.tolist()
 
@@ -168,7 +186,7 @@ class _Spans:
         self.py_threads = set(self.thread[self.kind == PY].tolist())
 
 
-def _op_self_time(spans: _Spans) -> list[int]:
+def _op_self_time(spans: _Spans) -> np.ndarray:
     """Self time of each op (`spans.ops`): its duration less that of the ops and annotations
     directly inside it, found by climbing from each through Python frames and launches to the
     nearest op or annotation (all at once, one level per step). An annotation is a child, as in
@@ -264,7 +282,7 @@ class _Threads:
     profiling): the facts of the trace that say so, looked up by the tree stage."""
 
     def __init__(self, spans: _Spans, thread_ids: dict[tuple, int], thread_names: dict[tuple, str]) -> None:
-        thread, start, order, name = spans.thread, spans.start, spans.order, spans.name
+        thread, start, order = spans.thread, spans.start, spans.order
         self.py_threads = spans.py_threads
         self._thread = spans.thread
         self._parent = spans.parent
@@ -273,12 +291,12 @@ class _Threads:
                   else np.zeros(0, dtype=np.int64))
         # Spans are sorted by thread, then start: the first of each thread starts it.
         self._first_start = dict(zip(t_sorted[firsts].tolist(), start[order[firsts]].tolist()))
-        py_spans = np.flatnonzero(spans.kind == PY).tolist()
-        rb = [i for i in py_spans if "run_backward" in name[i]]
+        py = spans.kind == PY
+        rb = np.flatnonzero(py & spans.names_where(lambda s: "run_backward" in s)).tolist()
         self._run_backward = sorted(zip(start[rb].tolist(), spans.end[rb].tolist(), rb))
         self._rb_starts = [r[0] for r in self._run_backward]
-        ts = [i for i in py_spans if name[i].startswith("threading.py(") and name[i].endswith("): start")]
-        self._thread_starts = sorted(zip(start[ts].tolist(), ts))
+        ts = np.flatnonzero(py & spans.names_where(lambda s: s.startswith("threading.py(") and s.endswith("): start")))
+        self._thread_starts = sorted(zip(start[ts].tolist(), ts.tolist()))
         self._ts_starts = [x[0] for x in self._thread_starts]
         self._key_of = {v: k for k, v in thread_ids.items()}
         self._names = thread_names
@@ -307,156 +325,6 @@ class _Threads:
     def frame(self, t: int) -> Frame:
         key = self._key_of.get(t, ("?", "?"))
         return Frame("thread", self._names.get(key) or f"thread {key[1]}")
-
-
-class _SpanNodes:
-    """The tree node of each host span's context, made on demand: a span's node is its frame
-    under its context's node, where the context is the forward op's node and `[backward]` for a
-    linked backward op, else the parent span's, else (top-level) the profile's base for a Python
-    thread, the waiting `run_backward` call, or a node for the thread. A launch adds no frame."""
-
-    def __init__(self, spans: _Spans, fwd_of: dict[int, int], threads: _Threads, builder: TreeBuilder,
-                 frames: FrameTable, base: int) -> None:
-        # The spans' columns as attributes of their own: these methods run once or more per span,
-        # and every `self.a.b` costs a lookup.
-        self._kind_l, self._name, self._parent = spans.kind_l, spans.name, spans.parent_l
-        self._thread_l, self._start_l = spans.thread_l, spans.start_l
-        self._fwd_of = fwd_of
-        self._threads = threads
-        self._builder = builder
-        self._frames = frames
-        self._base = base
-        self._bwd = frames.intern(BACKWARD_FRAME)
-        n = len(self._kind_l)
-        self._node_of = [-1] * n
-        # Spans whose node is being made: a backward link back into one of them is a loop.
-        self._busy = [False] * n
-        self._frame_cache: dict[tuple[int, str], int] = {}
-        self._thread_node: dict[int, int] = {}
-
-    def _frame(self, i: int) -> int:
-        """Frame id of span i (memoised by kind and name), -1 for a launch."""
-        k = self._kind_l[i]
-        if k == LAUNCH:
-            return -1
-        name = self._name[i]
-        key = (k, name)
-        f = self._frame_cache.get(key)
-        if f is None:
-            fr = python_frame(name) if k == PY else Frame("op", name)
-            f = self._frame_cache[key] = self._frames.intern(fr)
-        return f
-
-    def _thread_node_for(self, t: int) -> int:
-        nd = self._thread_node.get(t)
-        if nd is None:
-            ps = self._threads.started_under(t)
-            anchor = self.node(ps) if ps >= 0 else self._base
-            nd = self._thread_node[t] = self._builder.child(anchor, self._frames.intern(self._threads.frame(t)))
-        return nd
-
-    def node(self, i: int) -> int:
-        """The node of span i, made with its ancestors' as needed."""
-        node_of = self._node_of
-        nd = node_of[i]
-        if nd >= 0:
-            return nd
-        # The common case without the general walk: climb the parents (no backward link, not
-        # top-level) up to one that has a node, then make the nodes on the way back down. It
-        # marks and unmarks `busy` and creates nodes in the same order as `_walk` would, so the
-        # tree comes out numbered the same.
-        fwd_of, parent, busy = self._fwd_of, self._parent, self._busy
-        chain = []
-        j = i
-        while j not in fwd_of:
-            p = parent[j]
-            if p < 0:
-                break
-            chain.append(j)
-            busy[j] = True
-            nd = node_of[p]
-            if nd >= 0:
-                j = -1
-                break
-            j = p
-        if j >= 0:
-            nd = self._walk(j)
-        # `_frame`, inlined for the frames already interned: this loop makes most of the nodes.
-        child, kind_l, name, frame_cache = self._builder.child, self._kind_l, self._name, self._frame_cache
-        for k in reversed(chain):
-            if node_of[k] >= 0:  # made meanwhile, through a link of a damaged trace
-                nd = node_of[k]
-            else:
-                kk = kind_l[k]
-                if kk != LAUNCH:
-                    fr = frame_cache.get((kk, name[k]))
-                    nd = child(nd, self._frame(k) if fr is None else fr)
-                node_of[k] = nd
-            busy[k] = False
-        return nd
-
-    def nodes(self, idx: np.ndarray) -> np.ndarray:
-        """The nodes of spans idx (any order, repeats allowed). Those not made yet are made in
-        ascending span order, as calling `node` on each in that order would (on a span that
-        has its node, `node` changes nothing); only they cost a Python call."""
-        node_of = self._node_of
-        have = np.asarray(node_of, dtype=np.int64)
-        miss = idx[have[idx] < 0]
-        if len(miss):
-            node = self.node
-            miss = np.sort(miss)
-            # Repeats dropped by hand: np.unique hashes, several times slower on sorted ints.
-            for i in miss[np.r_[True, miss[1:] != miss[:-1]]].tolist():
-                node(i)
-            have = np.asarray(node_of, dtype=np.int64)
-        return have[idx]
-
-    def _walk(self, i: int) -> int:
-        """`node` in general: an explicit stack over parents, backward links and thread anchors,
-        so that deep nesting cannot overflow Python's."""
-        node_of, busy, fwd_of, parent = self._node_of, self._busy, self._fwd_of, self._parent
-        child, threads = self._builder.child, self._threads
-        stack = [i]
-        while stack:
-            j = stack[-1]
-            if node_of[j] >= 0:
-                stack.pop()
-                continue
-            busy[j] = True
-            f = fwd_of.get(j, -1)
-            if f >= 0 and busy[f] and node_of[f] < 0:
-                f = -1  # a link that loops back on itself (damaged trace): ignore it
-                del fwd_of[j]
-            if f >= 0:
-                if node_of[f] < 0:
-                    stack.append(f)
-                    continue
-                ctx = child(node_of[f], self._bwd)
-            else:
-                p = parent[j]
-                if p >= 0:
-                    if node_of[p] < 0:
-                        stack.append(p)
-                        continue
-                    ctx = node_of[p]
-                else:  # a top-level span
-                    t = self._thread_l[j]
-                    if t in threads.py_threads:
-                        ctx = self._base
-                    else:
-                        rb = threads.run_backward_around(t, self._start_l[j])
-                        if rb >= 0:
-                            if node_of[rb] < 0:
-                                stack.append(rb)
-                                continue
-                            ctx = child(node_of[rb], self._bwd)
-                        else:
-                            ctx = self._thread_node_for(t)
-            fr = self._frame(j)
-            node_of[j] = child(ctx, fr) if fr >= 0 else ctx
-            busy[j] = False
-            stack.pop()
-        return node_of[i]
 
 
 def _place_gpu_activities(gpu: list[tuple], launch_of_corr: dict[int, int], node_of_span: Callable[[int], int],

@@ -1,4 +1,4 @@
-"""The tree node of every host span, found for all spans at once (link.py's `_SpanNodes` makes
+"""The tree node of every host span, found for all spans at once (walk.py's `SpanWalk` makes
 them one span at a time, a Python call each: on a 500k-event trace, a sixth of a read).
 
 A span's node is its frame under its context's node, and its context is one other span's node
@@ -70,8 +70,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
     such loops where it meets them, in its own order)."""
     kind, name = spans.kind, spans.name
     n = len(kind)
-    # Frame codes: one per distinct frame, through the distinct (kind, name) pairs. Names are
-    # one str object per distinct name (columns.py), so an object's id stands for its text.
+    # Frame codes: one per distinct frame, through the distinct (kind, name) pairs.
     frames: list[Frame] = []
     code_of: dict[Frame, int] = {}
 
@@ -84,13 +83,18 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
 
     fcode = np.zeros(0, dtype=I64)
     if n:
-        pair = np.fromiter(map(id, name), dtype=I64, count=n) * I64(8) + kind  # kinds are < 8
-        _, first, pinv = np.unique(pair, return_index=True, return_inverse=True)
-        pcode = []
-        for i in first.tolist():
-            k, nm = kind[i], name[i]
-            pcode.append(-1 if k == LAUNCH else code(python_frame(nm) if k == PY else Frame("op", nm)))
-        fcode = np.asarray(pcode, dtype=I64)[pinv.reshape(-1)]
+        # Distinct pairs without a sort: their keys are dense (names) times the kinds (< 8).
+        pair = spans.name_group[1] * I64(8) + kind
+        some = np.zeros(len(spans.name_group[0]) * 8, dtype=I64)
+        some[pair] = np.arange(n)  # a span of each pair present
+        present = np.zeros(len(some), dtype=bool)
+        present[pair] = True
+        pcode = np.full(len(some), -1, dtype=I64)
+        for p, i in zip(np.flatnonzero(present).tolist(), some[present].tolist()):
+            k, nm = p % 8, name[i]
+            if k != LAUNCH:
+                pcode[p] = code(python_frame(nm) if k == PY else Frame("op", nm))
+        fcode = pcode[pair]
     bwd = code(BACKWARD_FRAME)
 
     # Each span's dependency and how its context comes from it.
@@ -157,7 +161,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
 
 class PathNodes:
     """The node of each span through its path (`span_paths`): `node` and `nodes` as link.py's
-    `_SpanNodes` has them, each path's missing nodes made top-down when first asked for."""
+    `SpanWalk` has them, each path's missing nodes made top-down when first asked for."""
 
     def __init__(self, path_of: np.ndarray, parent: list[int], code: list[int], frames: list[Frame],
                  builder: TreeBuilder, table: FrameTable, base: int) -> None:
