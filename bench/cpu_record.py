@@ -19,8 +19,9 @@ Writes $OUT/cpu.json and $OUT/cpu.log; prints tables last.
 deterministic, so it can be measured on a small, shared, noisy machine where timings cannot.
 nanoGPT's own model runs N training steps (bench/workloads/cpu_loop.py nanogpt); every
 configuration runs twice, 1 and 1 + N steps, and the difference counts N steady steps. CONFIG is
-`none` (unprofiled), `dlpt`, or `LABEL=dlpt:DLPT_DIAG=...`. Needs valgrind; about 4 minutes per
-configuration on two cores.
+`none` (unprofiled), `dlpt`, or `LABEL=dlpt:DLPT_DIAG=...`. Needs valgrind; start-up runs
+uninstrumented (the workload asks callgrind to instrument its steps only). tests/test_cost_guard.py
+is the short tripwire, on the oploop's steps.
 
     python bench/run.py cpu-record --callgrind [--steps 10] [--configs CONFIG,CONFIG...]
 """
@@ -111,7 +112,9 @@ def callgrind(configs: list[str], steps: int) -> None:
         # Two runs, 1 and 1 + STEPS steps, at once: their difference is STEPS steady steps, without
         # what the first steps through the loop's call site cost (new contexts to intern).
         with tempfile.TemporaryDirectory() as tmp:
-            procs = [subprocess.Popen(["valgrind", "--tool=callgrind", "--toggle-collect=starmap_next",
+            # --instr-atstart=no: the workload starts instrumenting right before its steps (a client
+            # request, cpu_loop.py), so start-up runs at Valgrind's plain speed.
+            procs = [subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--toggle-collect=starmap_next",
                                        f"--callgrind-out-file={tmp}/cg.{k}", rl.PY, PROG, "nanogpt",
                                        mode, str(k)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True) for k in (1, 1 + steps)]

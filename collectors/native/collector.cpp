@@ -59,6 +59,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -106,31 +107,53 @@ bool quiet_beneath(const char* nm, bool backward) {
   return d < n && d >= 8 && std::strncmp(nm + d - 8, "Backward", 8) == 0;
 }
 
-std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  if (g_diag_noop) return nullptr;
+// An op's node under `parent`, and whether it is quiet and a collective, through the thread's
+// op table (trie.h): the name's text is hashed, looked up and scanned only the first time. Names
+// that torch builds per call — a backward node's, autograd's evaluate_function wrapper's, a short
+// one kept inside the RecordFunction itself — are not entered there: each call's is at another
+// address, or another name is at the same one; they go through the `ops` map (`scratch` holds
+// their entry).
+const OpEntry& op_entry(ThreadState& ts, const at::RecordFunction& fn, int64_t parent, bool backward, OpEntry& scratch) {
+  const char* name = fn.name();
+  const char* nm = name ? name : "";
+  if (const OpEntry* e = ts.op_table.find(parent, nm, backward)) return *e;
+  int64_t node = op_node(ts, parent, nm);
+  bool quiet = quiet_beneath(nm, backward);
+  // A collective's calls are few (a step's buckets) and each one's start is what tells which
+  // rank the others wait for (host.h), so they are logged, not only summed. Backward ones too:
+  // DDP's buckets are all-reduced from hooks that run inside the backward pass.
+  bool coll = std::strncmp(nm, "c10d::", 6) == 0;
+  auto at = reinterpret_cast<uintptr_t>(nm), self = reinterpret_cast<uintptr_t>(&fn);
+  bool per_call = backward || (at >= self && at < self + sizeof(at::RecordFunction)) ||
+                  std::strncmp(nm, "autograd::engine::evaluate_function", 35) == 0;
+  if (!per_call) return ts.op_table.put(parent, nm, backward, node, quiet, coll);
+  scratch = OpEntry{node, nullptr, quiet, coll};
+  return scratch;
+}
+
+// An op entered with no quiet op open on this thread (on_enter's rarer path, kept out of line so
+// that the common one, beneath a quiet op, saves and restores no registers).
+__attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
   ThreadState& ts = tstate();
   ++ts.n_ops;
-  if (ts.quiet > 0) {  // beneath a quiet op: counted on it (see below)
-    ++ts.skipped;
-    return nullptr;
-  }
   uint64_t epoch = ts.epoch;
   if (!g_host_on.load(std::memory_order_relaxed)) {
     ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, false, 0});  // keeps enter/exit paired while switching off
-    return nullptr;
+    return;
   }
-  const void* frame = current_pyframe();
+  PyThreadState* py = PyGILState_GetThisThreadState();
+  const void* frame = current_pyframe(py);
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   int64_t t0 = ticks();
   int64_t parent;
   if (backward) {
     parent = backward_parent(ts, fn.forwardThreadId(), fn.seqNr());
   } else {
-    parent = current_node(ts, frame);
+    parent = current_node(ts, frame, py);
     if (ts.stack.empty()) host_op_entered(ts);  // the sampler reads other threads less often (host.h)
   }
-  const char* name = fn.name();
-  int64_t node = op_node(ts, parent, name);
+  OpEntry scratch;
+  const OpEntry& op = op_entry(ts, fn, parent, backward, scratch);
   // The ops an op calls inside the dispatcher are its own business: their kernels, copies and
   // host time count on it, and the callback returns at once for them (`ts.quiet`) until it
   // returns. The one exceptions: autograd's evaluate_function wrapper, whose child is the
@@ -141,27 +164,30 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   // inner ops torch's machinery, but each switch rebuilds torch's per-thread callback cache:
   // counted with callgrind on nanoGPT's step, two switches cost more than the machinery of the
   // 2-3 inner ops an op has on average (DLPT_DIAG=toggle switches, for comparison).
-  bool quiet = quiet_beneath(name ? name : "", backward);
-  if (quiet) {
+  if (op.quiet) {
     if (g_diag_toggle) at::enableRecordFunction(false);
     else ++ts.quiet;
   }
-  ts.stack.push_back(OpenOp{node, t0, 0, epoch, frame, backward, quiet, int64_t(at::sequence_number::peek())});
-  // A collective's calls are few (a step's buckets) and each one's start is what tells which
-  // rank the others wait for (host.h), so they are logged, not only summed. Backward ones too:
-  // DDP's buckets are all-reduced from hooks that run inside the backward pass.
-  if (name != nullptr && std::strncmp(name, "c10d::", 6) == 0) ts.stack.back().coll = true;
+  ts.stack.push_back(OpenOp{op.node, t0, 0, epoch, frame, backward, op.quiet, int64_t(at::sequence_number::peek()),
+                            op.coll});
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (g_diag_noop) return nullptr;
+  // Beneath a quiet op (most ops: those an op calls inside the dispatcher) only a count. Read
+  // before tstate()'s checks of the recording and the phase, which change nothing here.
+  ThreadState* s = t_state;
+  if (s != nullptr && s->quiet > 0) {
+    ++s->n_ops;
+    ++s->skipped;
+    return nullptr;
+  }
+  enter_op(fn);
   return nullptr;
 }
 
-void on_exit(const at::RecordFunction&, at::ObserverContext*) {
-  if (g_diag_noop) return;
-  ThreadState* s = t_state;
-  if (s == nullptr) return;
-  if (s->skipped > 0) {
-    --s->skipped;
-    return;
-  }
+// A recorded op's exit (on_exit's rarer path, out of line like enter_op).
+__attribute__((noinline)) void exit_op(ThreadState* s) {
   if (s->stack.empty()) return;
   OpenOp op = s->stack.back();
   s->stack.pop_back();
@@ -175,7 +201,8 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
     // number from op.seq0 on: their backward ops belong to this op — or to the innermost
     // recorded op inside it that made them, which exited first and claimed its numbers. A
     // backward op too: under create_graph=True it makes the nodes of the next order's backward.
-    seq_claim(at::RecordFunction::currentThreadId(), op.seq0, int64_t(at::sequence_number::peek()), op.node);
+    int64_t seq1 = int64_t(at::sequence_number::peek());
+    if (seq1 > op.seq0) seq_claim(s->rf_tid, op.seq0, seq1, op.node);
   }
   int64_t dur = ticks() - op.t0;
   if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
@@ -184,6 +211,17 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
     if (op.coll) collective_log(op.node, op.t0, op.t0 + dur);
   }
   if (!s->stack.empty()) s->stack.back().child += dur;
+}
+
+void on_exit(const at::RecordFunction&, at::ObserverContext*) {
+  if (g_diag_noop) return;
+  ThreadState* s = t_state;
+  if (s == nullptr) return;
+  if (s->skipped > 0) {
+    --s->skipped;
+    return;
+  }
+  exit_op(s);
 }
 
 }  // namespace
@@ -506,8 +544,7 @@ void register_thread(int64_t start_node, int64_t key) {
   if (start_node < 0 || !g_host_on.load()) return;  // started while dlpt was not recording
   ThreadState& ts = tstate();
   ts.base = intern_node(start_node, N_THREAD, key, 0);
-  ts.last.clear();
-  ts.last_nodes.clear();
+  ts.forget_walk();
   PyThreadState* t = PyGILState_GetThisThreadState();
   ts.cut = 0;
   if (t != nullptr) {

@@ -77,8 +77,7 @@ void read_frames(ThreadState& ts, PyThreadState* t) {
 
 int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t lasti) {
   FrameKey k{parent, uintptr_t(code), lasti};
-  auto it = ts.frames.find(k);
-  if (it != ts.frames.end()) return it->second;
+  if (const int64_t* it = ts.frames.find(k)) return *it;
   int64_t ci = intern_code(code);
   int64_t line;
   if (lasti >= 0)
@@ -86,7 +85,7 @@ int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t last
   else
     line = -lasti - 1;
   int64_t n = intern_node(parent, N_PY, ci, line);
-  ts.frames.emplace(k, n);
+  ts.frames.put(k, n);
   return n;
 }
 
@@ -102,10 +101,10 @@ int64_t thread_base(ThreadState& ts, PyThreadState* t) {
   return ts.base;
 }
 
-// The calling thread's innermost interpreter frame (nullptr where unknown: no way to tell).
-const void* current_pyframe() {
+// The calling thread's innermost interpreter frame (nullptr where unknown: no way to tell);
+// `t` is the calling thread's PyThreadState (PyGILState_GetThisThreadState()).
+const void* current_pyframe(PyThreadState* t) {
 #if defined(DLPT_INTERNAL_FRAMES)
-  PyThreadState* t = PyGILState_GetThisThreadState();
   if (t == nullptr) return nullptr;
 #if PY_VERSION_HEX >= 0x030D0000
   return t->current_frame;
@@ -113,10 +112,14 @@ const void* current_pyframe() {
   return t->cframe ? t->cframe->current_frame : nullptr;
 #endif
 #else
+  (void)t;
   return nullptr;
 #endif
 }
 
+const void* current_pyframe() { return current_pyframe(PyGILState_GetThisThreadState()); }
+
+int64_t context(ThreadState& ts, PyThreadState* t);
 int64_t context(ThreadState& ts);
 void read_frames(ThreadState& ts, PyThreadState* t);
 
@@ -149,8 +152,7 @@ int64_t frames_beneath(ThreadState& ts, int64_t node, const void* cut) {
   int64_t k = 0, n = int64_t(ts.walk.size());
   while (k < n && ts.walk_frames[size_t(k)] != cut) ++k;  // innermost first, down to `cut`
   for (int64_t i = k - 1; i >= 0; --i) node = frame_node(ts, node, ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
-  ts.last.clear();  // the prefix cache is for walks from the thread's base
-  ts.last_nodes.clear();
+  ts.forget_walk();  // the prefix cache is for walks from the thread's base
   return node;
 }
 
@@ -160,21 +162,83 @@ int64_t frames_under(ThreadState& ts, const OpenOp& top) { return frames_beneath
 // The node that work entered now on this thread belongs to: the innermost open op, unless
 // Python code has run since it was entered (then the Python context; for a backward op, the
 // frames it ran, beneath it).
-int64_t current_node(ThreadState& ts, const void* frame) {
+// `t`: the calling thread's PyThreadState, where the caller has it.
+int64_t current_node(ThreadState& ts, const void* frame, PyThreadState* t) {
   if (!ts.stack.empty() && ts.stack.back().node >= 0) {
     const OpenOp& top = ts.stack.back();
     if (top.pyframe == frame || frame == nullptr) return top.node;
     if (top.keep) return frames_under(ts, top);
   }
-  return context(ts);
+  return context(ts, t);
 }
 
+int64_t current_node(ThreadState& ts, const void* frame) {
+  return current_node(ts, frame, PyGILState_GetThisThreadState());
+}
+
+// Whether walk `w` (innermost first) has no frame that runs: no Python frames of the thread's own.
+bool no_running_frame(const std::vector<RawFrame>& w, size_t n);
+
 // The calling thread's Python context: the node of its innermost frame.
-int64_t context(ThreadState& ts) {
-  PyThreadState* t = PyGILState_GetThisThreadState();
+int64_t context(ThreadState& ts) { return context(ts, PyGILState_GetThisThreadState()); }
+
+int64_t context(ThreadState& ts, PyThreadState* t) {
   int64_t node = thread_base(ts, t);
   if (t == nullptr) return node;
   FrameReadGuard guard;
+#if defined(DLPT_INTERNAL_FRAMES) && PY_VERSION_HEX < 0x030D0000
+  if (ts.cut == 0) {
+    // The op callback's hot path: a walk for every op entered with none of ours open. Every frame
+    // is copied as it is (the frame and its instruction pointer, RawFrame), in one tight loop,
+    // innermost first, and compared with the last walk from the outermost in. Code, instruction
+    // index and whether a frame runs at all (3.12's C-stack entry frames and frames not started
+    // do not) are read only past the part that matched, where nodes are made: a frame that
+    // matched is at the instruction where the last walk judged it. (A thread that dlpt saw start
+    // has its own outermost frames cut off: the walk below.)
+    // (Through plain pointers: stores of pointers through the vectors would make the compiler
+    // load their bounds again at every frame.)
+    _PyInterpreterFrame* f = t->cframe ? t->cframe->current_frame : nullptr;
+    std::vector<RawFrame>& w = ts.raw;
+    RawFrame* wp = w.data();
+    size_t n = 0, cap = w.size();
+    for (; f != nullptr; f = f->previous) {
+      if (n == cap) {
+        w.resize(cap + 64);
+        wp = w.data();
+        cap = w.size();
+      }
+      wp[n].frame = f;
+      wp[n].instr = f->prev_instr;
+      ++n;
+    }
+    std::vector<RawFrame>& last = ts.ctx_last;
+    const RawFrame* lp = last.data();
+    size_t m = std::min(last.size(), ts.last_nodes.size()), same = 0, lim = std::min(n, m);
+    while (same < lim && wp[n - 1 - same] == lp[same]) ++same;
+    if (same > 0) node = ts.last_nodes[same - 1];
+    if (m != n || ts.last_nodes.size() != n) {
+      last.resize(n);
+      ts.last_nodes.resize(n);
+    }
+    for (size_t j = same; j < n; ++j) {
+      const RawFrame& e = wp[n - 1 - j];
+      auto* fr = static_cast<_PyInterpreterFrame*>(const_cast<void*>(e.frame));
+      bool runs = !_PyFrame_IsIncomplete(fr);
+#if PY_VERSION_HEX >= 0x030C0000
+      runs = runs && fr->owner != FRAME_OWNED_BY_CSTACK;
+#endif
+      if (runs)
+        node = frame_node(ts, node, reinterpret_cast<PyObject*>(fr->f_code), int64_t(_PyInterpreterFrame_LASTI(fr)));
+      last[j] = e;
+      ts.last_nodes[j] = node;  // a frame that does not run keeps its caller's node
+    }
+    if (t != g_main_tstate && no_running_frame(w, n)) {
+      int64_t b = g_backward_ctx.load(std::memory_order_relaxed);  // see below
+      if (b >= 0) return b;
+    }
+    return node;
+  }
+#endif
   read_frames(ts, t);
   int64_t n = int64_t(ts.walk.size()) - ts.cut;
   // Outermost first: frames still the same object at the same instruction as in the last walk
@@ -204,6 +268,22 @@ int64_t context(ThreadState& ts) {
     if (b >= 0) return b;
   }
   return node;
+}
+
+bool no_running_frame(const std::vector<RawFrame>& w, size_t n) {
+#if defined(DLPT_INTERNAL_FRAMES) && PY_VERSION_HEX < 0x030D0000
+  for (size_t i = 0; i < n; ++i) {
+    auto* fr = static_cast<_PyInterpreterFrame*>(const_cast<void*>(w[i].frame));
+#if PY_VERSION_HEX >= 0x030C0000
+    if (fr->owner == FRAME_OWNED_BY_CSTACK) continue;
+#endif
+    if (!_PyFrame_IsIncomplete(fr)) return false;
+  }
+#else
+  (void)w;
+  (void)n;
+#endif
+  return true;
 }
 
 int64_t op_node(ThreadState& ts, int64_t parent, const char* name) {

@@ -499,8 +499,7 @@ bool peek_main() {
   uint64_t gen = g_phase_gen.load(std::memory_order_acquire);
   if (g_peek_ts->phase_gen != gen) {
     g_peek_ts->phase_gen = gen;
-    g_peek_ts->last.clear();
-    g_peek_ts->last_nodes.clear();
+    g_peek_ts->forget_walk();
   }
   int64_t base = g_phase_node.load(std::memory_order_acquire);
   PeekPlace p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, base);
@@ -614,8 +613,7 @@ void host_start(int64_t period_ns, bool keep_intervals) {
   if (g_peek_ts == nullptr) g_peek_ts = new ThreadState();
   for (ThreadState* s : {g_sampler_ts, g_peek_ts}) {
     s->frames.clear();  // its caches name nodes of the last recording's trie
-    s->last.clear();
-    s->last_nodes.clear();
+    s->forget_walk();
     s->epoch = g_epoch.load();
   }
   g_asked.clear();

@@ -321,13 +321,12 @@ PeekPlace peek_node(ThreadState& ts, std::vector<_PyInterpreterFrame>& fr, const
       return out;
     }
     FrameKey key{node, uintptr_t(code), lasti};
-    auto it = ts.frames.find(key);
-    if (it != ts.frames.end()) {
-      node = it->second;
+    if (const int64_t* it = ts.frames.find(key)) {
+      node = *it;
     } else {
       int64_t line = PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), int(lasti * sizeof(_Py_CODEUNIT)));
       node = intern_node_locked(node, N_PY, ci->second, line);
-      ts.frames.emplace(key, node);
+      ts.frames.put(key, node);
     }
     if (ts.last.size() <= k) {
       ts.last.resize(k + 1);

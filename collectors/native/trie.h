@@ -238,6 +238,148 @@ struct FrameKeyHash {
   }
 };
 
+// (parent, code, instruction) → node, a thread's frame nodes: open addressing in a power-of-two
+// table, at most half full. The op callback looks a frame up for nearly every op it records
+// (the innermost frame has moved on); std::unordered_map's lookup (a division by a prime, a
+// chain of nodes) cost about a hundred instructions, this one about twenty (callgrind,
+// docs/BENCHMARKS.md). Never shrinks while a recording lasts, like the trie.
+class FrameTable {
+ public:
+  const int64_t* find(const FrameKey& k) const {
+    if (used_ == 0) return nullptr;
+    size_t mask = slots_.size() - 1;
+    for (size_t i = mix(k) & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots_[i];
+      if (s.code == 0) return nullptr;
+      if (s.code == k.code && s.parent == k.parent && s.lasti == k.lasti) return &s.node;
+    }
+  }
+  void put(const FrameKey& k, int64_t node) {  // a key not in the table (code never 0)
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    insert(Slot{k.parent, k.code, k.lasti, node});
+    ++used_;
+  }
+  void clear() {
+    slots_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Slot {
+    int64_t parent = 0;
+    uintptr_t code = 0;  // 0: empty
+    int64_t lasti = 0;
+    int64_t node = 0;
+  };
+  static size_t mix(const FrameKey& k) {
+    uint64_t h = uint64_t(k.parent) * 0x9E3779B97F4A7C15ULL ^ uint64_t(k.code) * 0xC2B2AE3D27D4EB4FULL ^
+                 uint64_t(k.lasti) * 0x165667B19E3779F9ULL;
+    return size_t(h ^ (h >> 29));
+  }
+  void insert(const Slot& x) {
+    size_t mask = slots_.size() - 1;
+    size_t i = mix(FrameKey{x.parent, x.code, x.lasti}) & mask;
+    while (slots_[i].code != 0) i = (i + 1) & mask;
+    slots_[i] = x;
+  }
+  void grow() {
+    std::vector<Slot> old(std::max<size_t>(256, slots_.size() * 2));
+    old.swap(slots_);
+    for (const Slot& x : old)
+      if (x.code != 0) insert(x);
+  }
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+};
+
+// An op's node under a parent, and what on_enter decides from its name once (collector.cpp):
+// a per-thread table in front of `ops`, keyed by the name's address, which is stable for the
+// ops the dispatcher names (their schema's string) and saves hashing the name: the map's lookup
+// cost about a hundred instructions and the name's hash sixty more, this one about thirty. A
+// name that torch builds per call (`evaluate_function: ...`, a backward node's) has an address
+// that a later name may reuse, so a hit also compares the text with the name the entry was made
+// for; and since such addresses come and go, the table is emptied when it grows past kMaxUsed
+// (the `ops` map behind it keeps every node).
+struct OpEntry {
+  int64_t node;
+  const char* name;  // the text this entry is for (the thread's OpTable::names keeps it)
+  bool quiet;        // quiet_beneath (collector.cpp)
+  bool coll;         // a collective (c10d::...)
+};
+class OpTable {
+ public:
+  static constexpr size_t kMaxUsed = 16384;
+  const OpEntry* find(int64_t parent, const char* ptr, bool backward) const {
+    if (used_ == 0) return nullptr;
+    size_t mask = slots_.size() - 1;
+    for (size_t i = mix(parent, ptr, backward) & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots_[i];
+      if (s.ptr == nullptr) return nullptr;
+      if (s.ptr == ptr && s.parent == parent && s.backward == backward)
+        return std::strcmp(ptr, s.e.name) == 0 ? &s.e : nullptr;
+    }
+  }
+  // After find() said no: the entry for this key, made or replaced.
+  const OpEntry& put(int64_t parent, const char* ptr, bool backward, int64_t node, bool quiet, bool coll) {
+    const char* name = names_.emplace(ptr).first->c_str();
+    if (used_ > 0) {  // the same key, made for another name at this address: replaced in place
+      size_t mask = slots_.size() - 1;
+      for (size_t i = mix(parent, ptr, backward) & mask; slots_[i].ptr != nullptr; i = (i + 1) & mask) {
+        Slot& s = slots_[i];
+        if (s.ptr == ptr && s.parent == parent && s.backward == backward) {
+          s.e = OpEntry{node, name, quiet, coll};
+          return s.e;
+        }
+      }
+    }
+    if (used_ >= kMaxUsed) clear();
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    ++used_;
+    return insert(Slot{parent, ptr, backward, OpEntry{node, name, quiet, coll}}).e;
+  }
+  void clear() {
+    slots_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Slot {
+    int64_t parent = 0;
+    const char* ptr = nullptr;  // nullptr: empty
+    bool backward = false;
+    OpEntry e{};
+  };
+  static size_t mix(int64_t parent, const char* ptr, bool backward) {
+    uint64_t h = uint64_t(parent) * 0x9E3779B97F4A7C15ULL ^ uint64_t(uintptr_t(ptr)) * 0xC2B2AE3D27D4EB4FULL ^
+                 uint64_t(backward);
+    return size_t(h ^ (h >> 29));
+  }
+  Slot& insert(const Slot& x) {
+    size_t mask = slots_.size() - 1;
+    size_t i = mix(x.parent, x.ptr, x.backward) & mask;
+    while (slots_[i].ptr != nullptr) i = (i + 1) & mask;
+    slots_[i] = x;
+    return slots_[i];
+  }
+  void grow() {
+    std::vector<Slot> old(std::max<size_t>(256, slots_.size() * 2));
+    old.swap(slots_);
+    for (const Slot& x : old)
+      if (x.ptr != nullptr) insert(x);
+  }
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+  std::unordered_set<std::string> names_;  // node-based: the texts stay where they are
+};
+
+// A frame as context()'s walk sees it (frames.h): the frame and its instruction pointer, which
+// stands for its code and instruction index — it points into the code's own bytecode.
+struct RawFrame {
+  const void* frame;
+  const void* instr;
+  bool operator==(const RawFrame& o) const { return frame == o.frame && instr == o.instr; }
+};
+
 // A `backward()` call running on this thread (autograd.h).
 struct BackwardCall {
   int64_t ctx;        // the enclosing call's context, restored at its end
@@ -254,14 +396,24 @@ struct ThreadState {
   std::vector<OpenOp> stack;
   int64_t base = -1;  // this thread's context root for the current epoch
   int64_t cut = 0;    // outermost Python frames that belong to dlpt's thread start, not the program
-  std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;  // (parent, code, instr) → node
+  FrameTable frames;                                           // (parent, code, instr) → node
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> ops;     // (parent, name hash, len) → node
+  OpTable op_table;                                            // in front of `ops`
   std::vector<std::pair<PyObject*, int64_t>> walk;             // scratch: (code, lasti), innermost first
   std::vector<const void*> walk_frames;                        // scratch: the frames themselves
+  uint64_t rf_tid = 0;  // RecordFunction's id of this thread (a thread-local of torch's, read once)
   // The last walk, outermost first, and its nodes: consecutive ops share their outer frames
   // (the training loop, the model's call), which are then matched by pointer, not looked up.
-  std::vector<std::tuple<const void*, PyObject*, int64_t>> last;
+  std::vector<std::tuple<const void*, PyObject*, int64_t>> last;  // (frame, code, instruction index)
   std::vector<int64_t> last_nodes;
+  // context()'s own walk (frames.h), innermost first, and the last one, outermost first (its
+  // nodes in last_nodes): every frame as it is.
+  std::vector<RawFrame> raw, ctx_last;
+  void forget_walk() {
+    last.clear();
+    last_nodes.clear();
+    ctx_last.clear();
+  }
   // Backward work found through autograd's current node (autograd.h): the calls running, the
   // frame of the innermost one, the last node seen and its op node, node names by type.
   std::vector<BackwardCall> bw_calls;
@@ -298,6 +450,7 @@ ThreadState& tstate() {
     s = t_state = new ThreadState();  // one per thread for the process's life: threads are few
     s->py = PyGILState_GetThisThreadState();
     s->tid = int64_t(syscall(SYS_gettid));
+    s->rf_tid = at::RecordFunction::currentThreadId();  // fixed for the thread's life
     std::lock_guard<std::mutex> lk(g_threads_mu);
     g_threads.push_back(s);
   }
@@ -306,10 +459,10 @@ ThreadState& tstate() {
     s->epoch = e;
     s->frames.clear();
     s->ops.clear();
+    s->op_table.clear();
     s->base = -1;
     s->cut = 0;
-    s->last.clear();
-    s->last_nodes.clear();
+    s->forget_walk();
     s->bw_fn = nullptr;
     s->seq_mark = int64_t(at::sequence_number::peek());  // numbers from before this recording
     s->seq_place = -1;
@@ -319,8 +472,7 @@ ThreadState& tstate() {
   if (s->phase_gen != g) {  // a new phase: this thread's contexts hang from its node from now on
     s->phase_gen = g;
     s->base = base_in_phase(s->base);
-    s->last.clear();
-    s->last_nodes.clear();
+    s->forget_walk();
   }
   return *s;
 }
