@@ -66,17 +66,3 @@ def synthetic_profile(paths, source: str = "record", sources: dict[str, str] | N
         exc[new_of_old[node], COL["kernel_time"]] += ns
         exc[new_of_old[node], COL["kernel_count"]] += 1
     return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": source}, sources=sources or {})
-
-
-# The files that take longest, first: `--dist loadfile` hands whole files to the two workers in
-# collection order, so a long file collected last would leave one worker running it alone at the
-# end. Longest first, the short files fill in around them (measured with `-n 0 --durations=0`).
-LONGEST_FIRST = ("test_record.py", "test_export.py", "test_collector.py", "test_tui_screen.py", "test_torchrun.py",
-                 "test_usage.py", "test_recording.py", "test_bad_input.py", "test_durability.py", "test_cli.py",
-                 "test_html.py", "test_host_time.py", "test_tui_nav.py", "test_native_build.py",
-                 "test_compiled_shares.py", "test_tui.py")
-
-
-def pytest_collection_modifyitems(session, config, items) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
