@@ -231,9 +231,10 @@ def to_block(profile: Profile, entry_file: str) -> Profile:
     """A recording of one block of code that runs in `entry_file` (a notebook cell), as its user
     reads it, pyinstrument's cell view alike: the threads under the root that never ran the
     block's code and hold nothing but host time (threads that were running before it: a notebook
-    kernel's heartbeat, I/O and control threads) dropped with their host time; then the frames
-    that called into the block (the kernel's machinery) hidden, the block's outermost frames
-    moving up to the root, the callers' own time with them. Threads the block started stay
+    kernel's heartbeat, I/O and control threads) dropped with their host time; then every frame
+    outside the block's code on the other paths (the kernel's machinery: the block's callers and
+    what they did beside it) hidden, the block's outermost frames moving up to the root, the
+    machinery's own time going to the root. Threads the block started stay
     (beneath the line that started them), as does any thread with GPU work, ops or memory."""
     cct, frames = profile.cct, profile.frames
     mine = np.fromiter((f.kind == "python" and f.file == entry_file for f in frames), dtype=bool,
@@ -259,10 +260,12 @@ def to_block(profile: Profile, entry_file: str) -> Profile:
     acts = profile.activities
     kept = replace(profile, cct=CCT(parent, cct.frame[idx], cct.exclusive[idx]),
                    activities=replace(acts, node=new_id[acts.node]))
-    # The callers: strict ancestors of the block's outermost frames (never the root).
-    callers = has_mine[idx] & ~mine[cct.frame[idx]]
+    # The callers: every node outside the block's code and outside the threads kept (the
+    # kernel's machinery around the block: its callers, and what they did beside it while it ran,
+    # such as compiling the cell), never the root.
     below = propagate_down(kept.cct, mine[kept.cct.frame])
-    callers &= ~below
+    tops = (kept.cct.parent == 0) & thread[idx]
+    callers = ~below & ~propagate_down(kept.cct, tops)
     callers[0] = False
     if not callers.any():
         return kept

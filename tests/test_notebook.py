@@ -58,7 +58,7 @@ def test_cell_magic_records_and_shows_the_view(tmp_path):
     # Issue #34: the cell's lines lead the profile, not the kernel's threads (asyncio loops, a
     # heartbeat, pipe readers) or the IPython frames that called into the cell; the 3 × 50 ms
     # sleeps alone are on the cell's lines. The callers' own time while the cell ran (IPython's
-    # magic machinery: 0.4-0.6 ms measured) stays with the root, not on any line.
+    # magic machinery, compiling the cell: 0.4-0.6 ms measured) goes to the root, not to any line.
     total, cell, threads, kernel = map(int, "".join(o.get("text", "") for o in nb.cells[3].outputs).split())
     assert threads == 0 and kernel == 0, (threads, kernel)
-    assert total - 5_000_000 <= cell <= total and cell >= 150_000_000, (cell, total)
+    assert 0.9 * total <= cell <= total and cell >= 150_000_000, (cell, total)
