@@ -114,14 +114,7 @@ def cost(k: int) -> None:
     recorded ops per step as `COST_OPS <n>`."""
     import ctypes
 
-    torch.set_num_threads(1)
-    model, opt, x = oploop_model()
-
-    def step() -> None:
-        loss = model(x).square().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    step = oploop_step()
 
     request = callgrind_request()
     if request is None:
@@ -183,7 +176,8 @@ def counted(step: Callable[[], None], mode: str, n: int) -> None:
         rec.stop()
 
 
-def oploop_steps(mode: str, n: int) -> None:
+def oploop_step() -> Callable[[], None]:
+    """One training step of the oploop, on one thread (the counted and the timed modes alike)."""
     torch.set_num_threads(1)
     model, opt, x = oploop_model()
 
@@ -192,6 +186,12 @@ def oploop_steps(mode: str, n: int) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
+    return step
+
+
+def oploop_steps(mode: str, n: int) -> None:
+    step = oploop_step()
 
     counted(step, mode, n)
 
