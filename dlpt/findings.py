@@ -374,19 +374,28 @@ def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
     return int(profile.cct.inclusive[node, COL["host_time"]]), "its host time"
 
 
-def explaining_verdict(gpu: dict[str, Any] | None, host: dict[str, Any] | None,
-                       waited: int) -> dict[str, Any] | None:
-    """Which straggler verdict (dlpt.ranks.straggler) explains a wait of `waited` ns. The GPU's,
-    when its extra compute is at least half the wait: a rank whose GPU has more to do also
-    spends more host time, blocked on its own GPU (a full launch queue, a sync), so its host
-    verdict names where it waited rather than why. Else the host's: a rank slowed by its host (a
-    data loader, logging, a sleep) computes no more on its GPU — a few ms of GPU excess there
-    does not explain a second's wait. Else a GPU straggler anyway; None when neither is one."""
-    if gpu is not None and gpu["straggler"] and gpu["excess"] >= MIRROR_MIN_SHARE * waited:
+def explaining_verdict(gpu: dict[str, Any] | None, host: dict[str, Any] | None, waited: int,
+                       ops: dict[str, Any] | None = None, waiter: int | None = None) -> dict[str, Any] | None:
+    """Which straggler verdict (dlpt.ranks.straggler) explains a wait of `waited` ns by rank
+    `waiter`. The GPU's, when its extra compute is at least half the wait: a rank whose GPU has
+    more to do also spends more host time, blocked on its own GPU (a full launch queue, a sync),
+    so its host verdict names where it waited rather than why. Else the host's: a rank slowed by
+    its host (a data loader, logging, a sleep) computes no more on its GPU — a few ms of GPU
+    excess there does not explain a second's wait. Else the host ops' (`ops`, cpu_time): the
+    host time of a rank that waited holds what the wait estimate misses (gloo's allreduce returns
+    at once and the rank blocks in DDP's finalize, inside backward; on a loaded machine that read
+    as compute, and the waiter's host time matched the straggler's), while its ops' own time does
+    not. Else a GPU straggler anyway; None when none is one. A verdict that names the rank that
+    waited is never the explanation: a rank kept waiting is not the slow one."""
+    def names_another(v: dict[str, Any] | None) -> bool:
+        return v is not None and bool(v["straggler"]) and (waiter is None or v["rank"] != waiter)
+
+    if names_another(gpu) and gpu is not None and gpu["excess"] >= MIRROR_MIN_SHARE * waited:
         return gpu
-    if host is not None and host["straggler"]:
-        return host
-    return gpu if gpu is not None and gpu["straggler"] else None
+    for v in (host, ops, gpu):
+        if names_another(v):
+            return v
+    return None
 
 
 def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | None] | None:
@@ -400,7 +409,8 @@ def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | N
     wait_col = profile.cct.inclusive[:, COL["comm_wait_time"]]
     per_rank = [(int(wait_col[node]), *_rank_span(profile, r, node), r) for r, node in nodes]
     waited, span, of_what, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
-    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited)
+    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited,
+                                 straggler(profile, "cpu_time"), who if waited else None)
     return waited, span, of_what, who, verdict
 
 
@@ -435,7 +445,7 @@ def rank_wait(e: Evidence) -> Finding | None:
         ln = verdict["line"]
         top = [f"{ln['file']}:{ln['line']}"]
         where = f", most on {short_path(ln['file'])}:{ln['line']} (+{fmt_time(ln['excess'])})"
-    what = "GPU time" if verdict["metric"] == "gpu_time" else "host time"
+    what = {"gpu_time": "GPU time", "cpu_time": "host op time"}.get(verdict["metric"], "host time")
     return Finding(
         "rank-wait", top,
         figure + RANK_WHY + f"rank {verdict['rank']} spends {fmt_time(verdict['excess'])} more {what} than the others{where}",
