@@ -374,24 +374,34 @@ def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
     return int(profile.cct.inclusive[node, COL["host_time"]]), "its host time"
 
 
+# How much longer than every other rank the rank that waited most must have waited to count as
+# the one kept waiting (rank_story).
+WAITER_MARGIN = 1.5
+
+
 def explaining_verdict(gpu: dict[str, Any] | None, host: dict[str, Any] | None, waited: int,
                        ops: dict[str, Any] | None = None, waiter: int | None = None) -> dict[str, Any] | None:
     """Which straggler verdict (dlpt.ranks.straggler) explains a wait of `waited` ns by rank
-    `waiter`. The GPU's, when its extra compute is at least half the wait: a rank whose GPU has
-    more to do also spends more host time, blocked on its own GPU (a full launch queue, a sync),
-    so its host verdict names where it waited rather than why. Else the host's: a rank slowed by
-    its host (a data loader, logging, a sleep) computes no more on its GPU — a few ms of GPU
-    excess there does not explain a second's wait. Else the host ops' (`ops`, cpu_time): the
-    host time of a rank that waited holds what the wait estimate misses (gloo's allreduce returns
-    at once and the rank blocks in DDP's finalize, inside backward; on a loaded machine that read
-    as compute, and the waiter's host time matched the straggler's), while its ops' own time does
-    not. Else a GPU straggler anyway; None when none is one. A verdict that names the rank that
-    waited is never the explanation: a rank kept waiting is not the slow one."""
+    `waiter`: the first of GPU time, host time and host ops' time (`ops`, cpu_time) whose extra
+    compute is at least half the wait, else the first straggler of host time, host ops' time
+    and GPU time; None when none is one.
+
+    Why this order. A rank whose GPU has more to do also spends more host time, blocked on its
+    own GPU (a full launch queue, a sync), so its host verdict names where it waited rather than
+    why: the GPU's comes first. A rank slowed by its host (a data loader, logging, a sleep)
+    computes no more on its GPU — a few ms of GPU excess there does not explain a second's wait:
+    then the host's. The host time of a rank that waited can hold what the wait estimate misses
+    (gloo's allreduce returns at once and the rank blocks in DDP's finalize, inside backward; on
+    a loaded machine that read as compute, and the waiter's host time matched the straggler's),
+    while its ops' own time does not: the ops' verdict explains the wait where host time cannot.
+    A verdict that names the rank that waited never explains its wait: a rank kept waiting is not
+    the slow one."""
     def names_another(v: dict[str, Any] | None) -> bool:
         return v is not None and bool(v["straggler"]) and (waiter is None or v["rank"] != waiter)
 
-    if names_another(gpu) and gpu is not None and gpu["excess"] >= MIRROR_MIN_SHARE * waited:
-        return gpu
+    for v in (gpu, host, ops):
+        if names_another(v) and v is not None and v["excess"] >= MIRROR_MIN_SHARE * waited:
+            return v
     for v in (host, ops, gpu):
         if names_another(v):
             return v
@@ -408,9 +418,14 @@ def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | N
         return None
     wait_col = profile.cct.inclusive[:, COL["comm_wait_time"]]
     per_rank = [(int(wait_col[node]), *_rank_span(profile, r, node), r) for r, node in nodes]
-    waited, span, of_what, who = max(per_rank, key=lambda x: x[0] / x[1] if x[1] else 0.0)
+    per_rank.sort(key=lambda x: x[0] / x[1] if x[1] else 0.0)
+    waited, span, of_what, who = per_rank[-1]
+    # The rank that waited most is the one kept waiting only when it waited clearly longer than
+    # every other rank: where the ranks took turns (a loaded host stalling each in turn: 29 and
+    # 31 ms of wait over five steps on two ranks), no rank is excluded from being the straggler.
+    clear = waited > WAITER_MARGIN * max(x[0] for x in per_rank[:-1])
     verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited,
-                                 straggler(profile, "cpu_time"), who if waited else None)
+                                 straggler(profile, "cpu_time"), who if clear else None)
     return waited, span, of_what, who, verdict
 
 

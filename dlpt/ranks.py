@@ -181,7 +181,7 @@ def ranks_without_gpu(profile: Profile, metric: str) -> list[int]:
     return [r for r, node in rank_nodes(profile) if not inc[node, _GPU_ACTIVITY].any()]
 
 
-def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
+def straggler(profile: Profile, metric: str, fv: Any = None) -> dict[str, Any] | None:
     """The straggler verdict of a merged profile: None for one rank, or when fewer than two
     ranks take part. The rule:
 
@@ -197,6 +197,8 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
     4. wait = median(communication of the other ranks) - communication(S): how much longer the
        fast ranks sit in collectives; it mirrors the excess when wait >= MIRROR_MIN_SHARE *
        excess (None when no rank communicated in this metric).
+
+    `fv`: the profile's flat view by line, where the caller has it (`stragglers`).
     """
     from dlpt.views import flat
 
@@ -231,7 +233,7 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
         wait = int(np.median(comm[others]) - comm[s])
         out["comm_wait"] = wait
         out["mirrored"] = bool(excess > 0 and wait >= MIRROR_MIN_SHARE * excess)
-    fv = flat(profile, "line")
+    fv = fv if fv is not None else flat(profile, "line")
     _, m = per_rank_groups(profile, fv.owner, len(fv.labels), comp_node)
     # The last group is <no source line>: a verdict names a line. A line's compute is at least 0:
     # comm wait estimated on a line where the host did not block (an NCCL call returns at once;
@@ -247,6 +249,29 @@ def straggler(profile: Profile, metric: str) -> dict[str, Any] | None:
                            "excess": int(line_excess[g]),
                            "per_rank": {str(r): int(v) for r, v in zip(ranks, lines[g])}}
     return out
+
+
+def stragglers(profile: Profile) -> dict[str, dict[str, Any] | None]:
+    """`straggler` in every metric the profile has values of (wait metrics left out), one flat
+    view shared: what a command keeps of the steady state for its views (dlpt.scope)."""
+    from dlpt.views import flat
+
+    if not is_multi_rank(profile):
+        return {}
+    have = np.asarray(profile.cct.exclusive.any(axis=0), dtype=bool)
+    names = [m for m, i in COL.items() if have[i] and m not in WAIT_METRICS]
+    fv = flat(profile, "line") if names else None
+    return {m: straggler(profile, m, fv) for m in names}
+
+
+def judged_straggler(profile: Profile, metric: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the straggler verdict in `metric`, the phase it is of): the one a command judged on the
+    steady state (`meta["stragglers"]`, dlpt.scope), else `straggler` of the profile as given
+    (phase None)."""
+    kept = profile.meta.get("stragglers")
+    if isinstance(kept, dict) and isinstance(kept.get("verdicts"), dict):
+        return kept["verdicts"].get(metric), kept.get("phase")
+    return straggler(profile, metric), None
 
 
 def left_out_text(ranks: Sequence[int]) -> str:

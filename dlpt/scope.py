@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 from dlpt.compile_time import compile_apart
 from dlpt.findings import findings
-from dlpt.phases import ALL, select_phase
+from dlpt.phases import ALL, STEADY, has_phases, select_phase
 from dlpt.profile import Profile
+from dlpt.ranks import is_multi_rank, stragglers
 from dlpt.transforms import def_lines_to_callers, library_mask
 
 
@@ -26,14 +27,25 @@ class Scope:
     def apply(self, profile: Profile) -> Profile:
         """The profile the views show. The diagnosis is judged first, on the profile as opened (it
         reads the steady state from the phase table, which the views' transformations leave
-        behind), and kept in meta for them (`diagnosis`, dlpt.findings)."""
+        behind), and kept in meta for them (`diagnosis`, dlpt.findings). So is the straggler
+        verdict of several ranks, in each metric (`stragglers`: {"phase", "verdicts"},
+        dlpt.ranks.stragglers): of the steady state, whatever phase the views show, since the
+        start-up (DDP's rendezvous, one rank building the model or loading a checkpoint) would
+        name a rank that is slow only there."""
         found = [f.to_json() for f in findings(profile)]
-        prof = select_phase(profile, self.phase)
+        extra: dict = {"diagnosis": found}
+        if is_multi_rank(profile):
+            phased = has_phases(profile)
+            steady = self._views(select_phase(profile, STEADY) if phased else profile)
+            extra["stragglers"] = {"phase": STEADY if phased else ALL, "verdicts": stragglers(steady)}
+        prof = self._views(select_phase(profile, self.phase))
+        return replace(prof, meta={**prof.meta, **extra})
+
+    def _views(self, prof: Profile) -> Profile:
         # compile_apart first: it reads Dynamo's frames, which are library frames. One collapse
         # hides library frames and moves a frame standing on its `def` line onto its caller's.
         prof = compile_apart(prof, self.include_compile)
-        prof = def_lines_to_callers(prof, None if self.include_library else library_mask(prof))
-        return replace(prof, meta={**prof.meta, "diagnosis": found})
+        return def_lines_to_callers(prof, None if self.include_library else library_mask(prof))
 
 
 __all__ = ["Scope"]

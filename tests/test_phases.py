@@ -26,6 +26,7 @@ from dlpt.frames import Frame, FrameTable, source_frame
 from dlpt.merge import merge_profiles
 from dlpt.metrics import COL, KERNEL, METRICS
 from dlpt.phases import COMPILE, STARTUP, STEADY, phase_figures, select_phase, split_phases, table_of
+from dlpt.ranks import straggler
 from dlpt.store import load, save
 
 MS = 1_000_000
@@ -277,3 +278,30 @@ def test_a_frame_on_its_def_line_is_its_callers_work():
     kept = flat(Scope().apply(replace(prof, meta={"source": "kineto"})), "line")
     assert {fr.line: int(kept.exclusive[g, COL["gpu_time"]]) for g, fr in enumerate(kept.frame)
             if fr.kind == "python" and kept.exclusive[g, COL["gpu_time"]]} == {1: 5 * MS}
+
+
+def test_the_straggler_is_judged_on_the_steady_state_whatever_phase_is_shown():
+    """Rank 0 runs a 1 s kernel during its start-up (building the model, say) and 1,000 1-ms
+    kernels in its steps; rank 1 none in start-up and 1,500 in its steps. Over the whole run rank
+    0 has the more GPU time (2.0 s against 1.5 s); in the steps rank 1 computes 500 ms more, on
+    line 10: the straggler."""
+    from dlpt.scope import Scope
+    from dlpt.viewers.hotspots import hotspots
+    from dlpt.viewers.report import rank_lines
+
+    def rank(r: int, n_steps: int, startup_kernel: bool) -> object:
+        ks = [(10 * S + i * 1_050_000, 1_000_000) for i in range(n_steps)]
+        p = phased([(P_STARTUP, 0, 10 * S), (P_STEADY, 10 * S, 12 * S)],
+                   {P_STARTUP: (3, "init_kernel"), P_STEADY: (10, "gemm")},
+                   {P_STARTUP: [(S, S)] if startup_kernel else [], P_STEADY: ks})
+        return replace(p, meta={**p.meta, "rank": r, "world_size": 2})
+
+    two = merge_profiles([rank(0, 1000, True), rank(1, 1500, False)])
+    whole = straggler(two, "gpu_time")
+    assert whole["rank"] == 0 and whole["excess"] == 500 * MS  # what the rule says of the whole run
+    doc = hotspots(two, "gpu_time")["summary"]["straggler"]
+    assert doc["rank"] == 1 and doc["phase"] == STEADY and doc["excess"] == pytest.approx(500_000)  # us
+    assert doc["line"]["line"] == 10
+    for phase in ("all", STARTUP, STEADY):  # the header says the same whatever the view shows
+        text = "\n".join(rank_lines(Scope(phase=phase).apply(two), "gpu_time"))
+        assert "straggler: rank 1 computes 500.00 ms" in text and "in the steady state" in text, text

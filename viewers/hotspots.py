@@ -18,7 +18,7 @@ from dlpt.frames import ACTIVITY_KINDS
 from dlpt.metrics import COL, METRICS, metric_column, metric_unit
 from dlpt.phases import ALL, phase_figures
 from dlpt.profile import Profile, default_metric
-from dlpt.ranks import rank_totals, rank_values, ranks_without_gpu, straggler
+from dlpt.ranks import judged_straggler, rank_totals, rank_values, ranks_without_gpu
 from dlpt.scope import Scope
 from dlpt.views import flat, node_flags
 from dlpt.waits import memory_peak, waits
@@ -108,17 +108,17 @@ def _rank_summary(profile: Profile, metric: str, t: Any = us, val: Any = None) -
                "comm_time": t(r["comm_time"]), "comm": val(r["comm"]), "comm_percent": r["comm_percent"]}
         row[metric] = val(r[metric])
         ranks.append(row)
-    v = straggler(profile, metric)
+    v, phase = judged_straggler(profile, metric)
     if v is None:
         # Fewer than two ranks take part (the others have no GPU activity in a GPU metric): no
         # verdict, said in the verdict's own shape.
         return {"ranks": ranks, "straggler": {
             "rank": None, "straggler": False, "excess": None, "excess_percent": None, "mirrored": None,
-            "comm_wait": None, "line": None, "left_out": ranks_without_gpu(profile, metric)}}
+            "comm_wait": None, "line": None, "left_out": ranks_without_gpu(profile, metric), "phase": phase or "all"}}
     verdict = {"rank": v["rank"], "straggler": v["straggler"], "excess": val(v["excess"]),
                "excess_percent": v["excess_percent"], "mirrored": v["mirrored"],
                "comm_wait": t(v["comm_wait"]) if v["comm_wait"] is not None else None,
-               "line": None, "left_out": v["left_out"]}
+               "line": None, "left_out": v["left_out"], "phase": phase or "all"}
     if v["line"]:
         ln = v["line"]
         verdict["line"] = {"file": ln["file"], "line": ln["line"], "function": ln["function"],

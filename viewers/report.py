@@ -209,7 +209,14 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
     """Several ranks: each rank's total and communication share, and the straggler verdict
     (dlpt.ranks.straggler says the rule)."""
     from dlpt.findings import RANK_WHY
-    from dlpt.ranks import STRAGGLER_MIN_SHARE, WAIT_METRICS, left_out_text, rank_totals, ranks_without_gpu, straggler
+    from dlpt.ranks import (
+        STRAGGLER_MIN_SHARE,
+        WAIT_METRICS,
+        judged_straggler,
+        left_out_text,
+        rank_totals,
+        ranks_without_gpu,
+    )
 
     totals = rank_totals(profile, metric)
     if len(totals) < 2:
@@ -232,23 +239,25 @@ def rank_lines(profile: Profile, metric: str) -> list[str]:
         return lines
     if metric in WAIT_METRICS:
         return lines  # a wait says who was kept waiting, not who is slow
-    v = straggler(profile, metric)
+    v, phase = judged_straggler(profile, metric)
     if v is None or not any(v["compute"].values()):
         return lines  # nothing computed in this metric: no rank is slower than another
     slow = f"rank {v['rank']}"
+    # Judged on the steady state (dlpt.scope), whatever phase the view shows: said so.
+    of = " in the steady state" if phase == "steady" else ""
     if not v["straggler"]:
         # The rule holds the excess to a share of the slowest rank's compute; said against the
         # others' median, as the excess is, that share is MIN / (1 - MIN).
         need = 100 * STRAGGLER_MIN_SHARE / (1 - STRAGGLER_MIN_SHARE)
         pct = f"{v['excess_percent']:.1f}%" if v["excess_percent"] is not None else "infinitely"  # ≤ 5.3% here
-        lines.append(f"ranks balanced: the slowest, {slow}, computes {pct} more than the "
+        lines.append(f"ranks balanced{of}: the slowest, {slow}, computes {pct} more than the "
                      f"median of the others (a straggler needs {need:.1f}%)")
         return lines
     # Against a median near zero a share means nothing (118470%): the median itself says it.
     pct = (f" ({v['excess_percent']:.1f}%)" if v["excess_percent"] is not None and v["excess_percent"] <= 100
            else f" (the others' median: {fmt_metric(metric, v['compute'][str(v['rank'])] - v['excess'])})")
     text = (f"straggler: {slow} computes {fmt_metric(metric, v['excess'])}{pct} more "
-            "than the median of the others")
+            f"than the median of the others{of}")
     if v["line"]:
         ln = v["line"]
         code = profile.source_line(ln["file"], ln["line"])
