@@ -66,3 +66,25 @@ def synthetic_profile(paths, source: str = "record", sources: dict[str, str] | N
         exc[new_of_old[node], COL["kernel_time"]] += ns
         exc[new_of_old[node], COL["kernel_count"]] += 1
     return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": source}, sources=sources or {})
+
+
+def dlpt_in_process(*args: str):
+    """`dlpt ARGS` run in this process (dlpt.cli.main, the function `python -m dlpt` calls) with
+    its stdout, stderr and exit status captured, as subprocess.run would give them: for corpora
+    of many small reading commands, where a process each (0.3-0.5 s of start-up here) was most of
+    the time. What only a process shows (the interpreter's own traceback, signals, exit codes
+    through the shell) is tested with real processes elsewhere; an exception escaping main()
+    fails the test here, as a traceback would there."""
+    import contextlib
+    import io
+    import subprocess
+
+    from dlpt.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return subprocess.CompletedProcess(["dlpt", *args], rc, out.getvalue(), err.getvalue())

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import THREE_STEPS, raw_events, trace_path
+from conftest import THREE_STEPS, dlpt_in_process, raw_events, trace_path
 
 GOOD = {"traceEvents": raw_events("cudagraph_mlp")}
 
@@ -84,6 +84,12 @@ COMMANDS = [
 
 
 def dlpt(*args):
+    """The command run in this process: the corpus is ~90 commands (conftest.dlpt_in_process);
+    `test_bad_input_as_a_process` runs a few as real processes."""
+    return dlpt_in_process(*args)
+
+
+def dlpt_process(*args):
     return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
 
 
@@ -107,6 +113,15 @@ def test_bad_files(tmp_path, name, cmd):
     assert r.stderr.startswith("dlpt: ") and r.stderr.count("\n") == 1, r.stderr
     assert "Traceback" not in r.stderr and name in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["cut.json.gz", "garbage.dlpt", "fake-sqlite.dlpt"])
+def test_bad_input_as_a_process(tmp_path, name):
+    """The corpus's contract as the shell sees it: a process that exits 2 with one `dlpt: ` line."""
+    p = _write(tmp_path, name, BAD_FILES[name])
+    r = dlpt_process("report", str(p))
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.startswith("dlpt: ") and r.stderr.count("\n") == 1 and name in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(SURVIVABLE))

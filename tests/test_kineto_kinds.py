@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, dlpt_in_process
 from kineto_builder import PID, TID, TraceBuilder
 
 from dlpt.collectors.kineto import import_traces
@@ -18,7 +18,7 @@ WARNING = "7 device events of unknown kinds skipped: mtia_kernel (5), foo (2)"
 
 
 def dlpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
+    return dlpt_in_process(*args)  # reading commands: in this process (conftest.dlpt_in_process)
 
 
 def mtia_trace(path, labelled: bool = False, kernel: bool = False, damaged: bool = False, scale: int = 1):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+from conftest import dlpt_in_process
 from kineto_builder import BASE_NS, TraceBuilder
 from test_ranks import gpu_profile
 
@@ -25,7 +25,7 @@ COMMANDS_WITH_INPUTS = ("report", "view", "export", "import", "diff")
 
 
 def dlpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
+    return dlpt_in_process(*args)  # reading commands: in this process (conftest.dlpt_in_process)
 
 
 def step_trace(path, pid: int, gemm_us: float, base_ns: int = BASE_NS, rank: int | None = None,

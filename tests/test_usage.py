@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DATA, trace_path
+from conftest import DATA, dlpt_in_process, trace_path
 
 import dlpt
 from dlpt.metrics import COL
@@ -22,6 +22,11 @@ GPU = str(DATA / "gpu_train_small.dlpt")
 
 
 def dlpt_cli(*args: str, umask: int | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """`dlpt ARGS`: in this process (conftest.dlpt_in_process), or a process of its own where the
+    test sets the umask or the directory it runs in."""
+    if umask is None and cwd is None:
+        return dlpt_in_process(*args)
+
     def pre() -> None:
         if umask is not None:
             os.umask(umask)
