@@ -46,12 +46,14 @@ Each module is also keyed by Dynamo's compile id (`CompileContext.current_compil
 is the `Torch-Compiled Region: ID` op a recording shows around the compiled frame's run: where
 the path holds no generated-code frame, that op names the module.
 
-Kernel names are unique within one generated module only, and so are handles, so everything
-is keyed by generated file (dlpt/compiled/provenance.py). A CUDA-graph replay (`mode="reduce-overhead"`) has no generated line for its kernels, but runs
-beneath the generated module's `call`: that module and the kernel's name find them.
+Kernel names are unique within one generated module only, and so are handles, so everything is
+keyed by generated file (dlpt/compiled/provenance.py). A CUDA-graph replay
+(`mode="reduce-overhead"`) has no generated line for its kernels, but runs beneath the generated
+module's `call`: that module and the kernel's name find them.
 
-The hooks `ProvenanceRecorder.start()` installs in Inductor (an import hook, a cache-key mark, the mix-order
-reduction kernels' provenance) are in inductor_hooks.py, each with why it is needed.
+The hooks `ProvenanceRecorder.start()` installs in Inductor (an import hook, a cache-key mark,
+the mix-order reduction kernels' provenance) are in inductor_hooks.py, each with why it is
+needed.
 
 Nothing here changes what the program computes: level 2 adds comments to generated code and
 a dict to the compile; the mark pass does nothing; the wrapper around `post_compile` only
