@@ -38,8 +38,8 @@ MODELS = os.path.join(ROOT, "bench", "workloads", "compiled_models.py")
 # compiled-code provenance collected around it (what the recorder does), and nothing else.
 PROVENANCE_RUN = """\
 import os, runpy, sys
-from dlpt.collectors.record.provenance import Provenance
-prov = Provenance()
+from dlpt.collectors.record.provenance import ProvenanceRecorder
+prov = ProvenanceRecorder()
 prov.start()
 target = sys.argv[1]
 sys.argv = sys.argv[1:]
@@ -72,7 +72,7 @@ def record(out: str, program: list[str], cwd: str, steps: str = "") -> tuple[obj
 
 def line_shares(prof: object, model_file: str | None) -> dict:
     """GPU time per source line (library frames hidden) and the shares the issue asks for."""
-    from dlpt.collectors.record.fused import AUTOTUNING, NO_PROVENANCE, NOT_LEARNED
+    from dlpt.compiled.fused import AUTOTUNING, NO_PROVENANCE, NOT_LEARNED
     from dlpt.metrics import COL
     from dlpt.transforms import hide_library_unless
     from dlpt.views import flat

@@ -13,7 +13,7 @@ from dlpt.layout import is_own_file
 # `thread`, `python`, `module`, `op`, `backward` and `unattributed` are the model's (docs/ARCHITECTURE.md).
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset")
 # A compiled kernel's share on one of the source lines it was generated from is a node of this
-# frame beneath that line (collectors/record/fused.py makes them; viewers explain them).
+# frame beneath that line (dlpt/compiled/fused.py makes them; viewers explain them).
 FUSED_PREFIX = "[fused "
 
 

@@ -14,23 +14,16 @@ import numpy as np
 import pytest
 
 from dlpt.cct import TreeBuilder
-from dlpt.collectors.record.compiled_frames import REGION_PREFIX
-from dlpt.collectors.record.fused import (
+from dlpt.collectors.record.provenance import ProvenanceRecorder, call_lines, compiled_module, parse_trace
+from dlpt.compiled.fused import (
     AUTOTUNING,
     NO_PROVENANCE,
     NOT_LEARNED,
     attribute_compiled,
 )
-from dlpt.collectors.record.provenance import (
-    CompiledModule,
-    KernelProvenance,
-    Provenance,
-    SourceFrame,
-    call_lines,
-    compiled_module,
-    parse_trace,
-)
-from dlpt.collectors.record.shares import split_int, transport
+from dlpt.compiled.machinery import REGION_PREFIX
+from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, SourceFrame
+from dlpt.compiled.shares import split_int, transport
 from dlpt.frames import BACKWARD_FRAME, FUSED_PREFIX, Frame, FrameTable, fused_frame, source_frame
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
@@ -691,7 +684,7 @@ def test_warm_compile_cache_still_gives_provenance(tmp_path):
         torch._dynamo.reset()
         torch.compile(mod.f)(x)  # an unrecorded run fills the cache
         torch._dynamo.reset()
-        with Provenance() as prov:
+        with ProvenanceRecorder() as prov:
             out = torch.compile(mod.f)(x)
     assert inductor_config.post_grad_custom_post_pass is before
     torch.testing.assert_close(out, mod.f(x))
@@ -703,9 +696,9 @@ def test_warm_compile_cache_still_gives_provenance(tmp_path):
 LAZY = '''
 import json, sys
 import torch
-from dlpt.collectors.record.provenance import Provenance
+from dlpt.collectors.record.provenance import ProvenanceRecorder
 
-prov = Provenance()
+prov = ProvenanceRecorder()
 prov.start()
 before = "torch._inductor.config" in sys.modules
 

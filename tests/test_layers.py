@@ -63,6 +63,8 @@ CORE = {m: p for m, p in MODULES.items()
 
 def test_layout_is_read():
     assert "dlpt.profile" in CORE and "dlpt.diff" in CORE and "dlpt.viewers.diff" in MODULES
+    # torch.compile's transformation and its records are the model's (the recorder only fills them).
+    assert "dlpt.compiled.fused" in CORE and "dlpt.compiled.provenance" in CORE
     assert "dlpt.collectors.kineto.link" in MODULES and "dlpt.interop.tables" in MODULES
 
 

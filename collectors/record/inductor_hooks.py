@@ -1,4 +1,4 @@
-"""What dlpt installs in Inductor while recording provenance (provenance.py's `Provenance.start`).
+"""What dlpt installs in Inductor while recording provenance (provenance.py's `ProvenanceRecorder.start`).
 
 * An import hook (`AfterImport`): importing Inductor costs a second or more, which a program
   that never compiles should not pay, so the patches wait for the program's own import of

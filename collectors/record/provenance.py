@@ -1,4 +1,7 @@
-"""Which model lines each kernel of torch.compile'd code was generated from.
+"""Which model lines each kernel of torch.compile'd code was generated from: collected from
+Inductor while the program compiles, and read from its generated code into the model's plain
+records (`dlpt.compiled.provenance`), which the model's transformation (`dlpt.compiled.fused`)
+reads. Only this side knows torch and Inductor.
 
 Where the provenance comes from (torch 2.11 and 2.13 alike)
 -----------------------------------------------------------
@@ -43,13 +46,14 @@ Each module is also keyed by Dynamo's compile id (`CompileContext.current_compil
 is the `Torch-Compiled Region: ID` op a recording shows around the compiled frame's run: where
 the path holds no generated-code frame, that op names the module.
 
-Kernel names are unique within one generated module only (every module has its
-`triton_poi_fused_add_0`), and so are handles, so everything is keyed by generated file. A
-CUDA-graph replay (`mode="reduce-overhead"`) has no generated line for its kernels, but runs
-beneath the generated module's `call`: that module and the kernel's name find them.
+Kernel names are unique within one generated module only, and so are handles, so everything is
+keyed by generated file (dlpt/compiled/provenance.py). A CUDA-graph replay
+(`mode="reduce-overhead"`) has no generated line for its kernels, but runs beneath the generated
+module's `call`: that module and the kernel's name find them.
 
-The hooks `start()` installs in Inductor (an import hook, a cache-key mark, the mix-order
-reduction kernels' provenance) are in inductor_hooks.py, each with why it is needed.
+The hooks `ProvenanceRecorder.start()` installs in Inductor (an import hook, a cache-key mark,
+the mix-order reduction kernels' provenance) are in inductor_hooks.py, each with why it is
+needed.
 
 Nothing here changes what the program computes: level 2 adds comments to generated code and
 a dict to the compile; the mark pass does nothing; the wrapper around `post_compile` only
@@ -63,8 +67,7 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from dlpt.collectors.record.inductor_hooks import (
     OUTPUT_CODE,
@@ -76,80 +79,10 @@ from dlpt.collectors.record.inductor_hooks import (
     module_file,
     record_work_weights,
 )
+from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, SourceFrame, Trace
 
 HANDLE_COMMENT = "[Provenance debug handles] "
 _TRACE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
-# A C++ kernel under `cpp.enable_kernel_profile` is recorded as `graph_N_cpp_fused_...`.
-_GRAPH_PREFIX = re.compile(r"^graph_\d+_")
-
-
-class SourceFrame(NamedTuple):
-    """One frame of a stack trace: the model line an FX node was traced from."""
-
-    file: str
-    line: int
-    function: str
-
-
-Trace = tuple[SourceFrame, ...]  # outermost frame first, as Python prints tracebacks
-
-
-@dataclass(frozen=True)
-class KernelProvenance:
-    key: str  # NAME:HANDLE, unique within its generated module
-    name: str  # the kernel's name in the generated code (`triton_poi_fused_add_0`, `extern_kernels.mm`)
-    traces: tuple[Trace, ...]  # one per distinct source stack trace of the nodes fused into it
-    backward: bool = False
-    # The work of each trace's nodes (bytes they read and write on their own; views 0), in the
-    # order of `traces`; None where Inductor's compile gave none (then shares are even).
-    weights: tuple[int, ...] | None = None
-
-    def lines(self) -> list[SourceFrame]:
-        """The innermost frame of each trace: the lines the kernel was generated from."""
-        return [t[-1] for t in self.traces if t]
-
-
-@dataclass
-class CompiledModule:
-    """One generated wrapper module (one compiled graph: a forward, a backward or an inference)."""
-
-    file: str
-    backward: bool
-    kernels: dict[str, KernelProvenance] = field(default_factory=dict)  # by key
-    lines: dict[int, str] = field(default_factory=dict)  # generated-code line -> key called there
-
-    def at_line(self, line: int) -> KernelProvenance | None:
-        key = self.lines.get(line)
-        return self.kernels.get(key) if key is not None else None
-
-    def named(self, name: str) -> KernelProvenance | None:
-        """The kernel of this module with that name, if exactly one has it."""
-        name = kernel_name(name)
-        found = [k for k in self.kernels.values() if k.name == name]
-        return found[0] if len(found) == 1 else None
-
-    def calling_op(self, op: str) -> list[KernelProvenance]:
-        """The extern and fallback kernels of this module that call aten op `op` (`aten::mm` ←
-        `extern_kernels.mm`, `aten::_scaled_dot_product_flash_attention` ←
-        `torch.ops.aten._scaled_dot_product_flash_attention.default`)."""
-        if not op.startswith("aten::"):
-            return []
-        want = op[len("aten::"):]
-        return [k for k in self.kernels.values() if _extern_op(k.name) == want]
-
-
-def kernel_name(recorded: str) -> str:
-    """The generated code's name of a kernel as a recording names it (`graph_N_` prefixes of
-    profiled C++ kernels dropped; Triton's device kernels carry their generated name)."""
-    return _GRAPH_PREFIX.sub("", recorded)
-
-
-def _extern_op(name: str) -> str:
-    for prefix in ("extern_kernels.", "torch.ops.aten.", "aten."):
-        if name.startswith(prefix):
-            rest = name[len(prefix):]
-            return rest.split(".", 1)[0]
-    return ""
 
 
 def parse_trace(text: str, cwd: str = "") -> Trace:
@@ -278,15 +211,16 @@ def _work(entry: Any, cwd: str) -> dict[str, dict[Trace, int]]:
     return out
 
 
-class Provenance:
-    """Collects the provenance of every graph Inductor compiles while started.
+class ProvenanceRecorder(Provenance):
+    """Collects the provenance of every graph Inductor compiles while started. It is the model's
+    `Provenance` (`modules`, `regions`), filled in as graphs compile.
 
-    `start()` before the program runs, `stop()` after it; `modules` maps each generated file to
-    its `CompiledModule`. Safe to start when torch.compile is never used: nothing is compiled,
-    nothing is collected."""
+    `start()` before the program runs, `stop()` after it; `snapshot()` hands the records on as
+    plain data. Safe to start when torch.compile is never used: nothing is compiled, nothing is
+    collected."""
 
     def __init__(self, cwd: str | None = None, cpu_kernels: bool = False) -> None:
-        self.modules: dict[str, CompiledModule] = {}
+        super().__init__()
         # Inductor's C++ kernels are plain calls from the generated code: a recording sees them
         # only with `cpp.enable_kernel_profile`, which runs each inside a RECORD_FUNCTION named
         # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
@@ -297,10 +231,6 @@ class Provenance:
         self._lock = threading.Lock()
         self.errors: list[str] = []  # graphs whose provenance could not be read (their kernels stay put)
         self._saved_cpu: bool | None = None
-        # (Dynamo compile id such as "0/0", backward) → generated file. A recording opens a
-        # `Torch-Compiled Region: ID` op around each run of a compiled frame; the backward graph
-        # is compiled in its forward's compile context, so it carries the same id.
-        self.regions: dict[tuple[str, bool], str] = {}
         # Relative files in stack traces resolve against the recording's working directory.
         self.cwd = cwd
         self._saved_level: int | None = None
@@ -420,7 +350,7 @@ class Provenance:
             inductor_config.cpp.enable_kernel_profile = self._saved_cpu
             self._saved_cpu = None
 
-    def __enter__(self) -> Provenance:
+    def __enter__(self) -> ProvenanceRecorder:
         self.start()
         return self
 
@@ -446,55 +376,7 @@ class Provenance:
                 self.regions[(str(cid), backward)] = file
 
     def snapshot(self) -> Provenance:
-        """A copy to read while the program may still be compiling (a profile snapshot's thread)."""
-        out = Provenance(self.cwd)
+        """The records as plain data, to read while the program may still be compiling (a
+        profile snapshot's thread) or to hand to the model's transformation."""
         with self._lock:
-            out.modules = dict(self.modules)
-            out.regions = dict(self.regions)
-        return out
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def __bool__(self) -> bool:
-        return bool(self.modules)
-
-    def region(self, compile_id: str, backward: bool) -> CompiledModule | None:
-        """The module Dynamo's compile `compile_id` produced for that direction."""
-        file = self.regions.get((compile_id, backward))
-        return self.modules.get(file) if file is not None else None
-
-    def at(self, file: str, line: int) -> KernelProvenance | None:
-        mod = self.modules.get(file)
-        return mod.at_line(line) if mod is not None else None
-
-    def by_name(self, name: str) -> list[KernelProvenance]:
-        """Every kernel, over all modules, that carries this name (the device kernel's name for
-        Triton kernels; `graph_N_` prefixes of profiled C++ kernels are ignored)."""
-        name = kernel_name(name)
-        return [k for m in self.modules.values() for k in m.kernels.values() if k.name == name]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able form, so a profile can carry what it was attributed with."""
-        return {"modules": [
-            {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
-             "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()},
-             "weights": {k: list(p.weights) for k, p in m.kernels.items() if p.weights is not None}}
-            for m in self.modules.values()],
-            "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        out = cls()
-        for m in data.get("modules", []):
-            mod = CompiledModule(file=m["file"], backward=bool(m["backward"]),
-                                 lines={int(k): v for k, v in m["lines"].items()})
-            weights = m.get("weights", {})
-            for key, traces in m["kernels"].items():
-                tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
-                w = weights.get(key)
-                mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward,
-                                                    tuple(int(x) for x in w) if w is not None and len(w) == len(tr) else None)
-            out.modules[mod.file] = mod
-        for cid, bwd, file in data.get("regions", []):
-            out.regions[(str(cid), bool(bwd))] = str(file)
-        return out
+            return super().snapshot()

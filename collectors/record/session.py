@@ -21,11 +21,11 @@ from dataclasses import replace
 from typing import Any
 
 from dlpt.collectors.record import native
-from dlpt.collectors.record.fused import attribute_compiled
 from dlpt.collectors.record.phases import P_STARTUP, P_STEADY, PhaseHooks
-from dlpt.collectors.record.provenance import Provenance
+from dlpt.collectors.record.provenance import ProvenanceRecorder
 from dlpt.collectors.record.rank_env import rank_info
 from dlpt.collectors.record.trie_converter import TrieConverter
+from dlpt.compiled.fused import attribute_compiled
 from dlpt.errors import notice
 from dlpt.layout import OWN_ROOTS
 from dlpt.phases import split_phases
@@ -88,7 +88,7 @@ class Recorder:
                                        self._thread_names)
         # Inductor's provenance of each generated kernel, so compiled code's kernels land on the
         # model lines they were generated from (on CPU, its C++ kernels become ops to see them).
-        self.provenance = Provenance(cwd=os.getcwd(), cpu_kernels=not self.cuda)
+        self.provenance = ProvenanceRecorder(cwd=os.getcwd(), cpu_kernels=not self.cuda)
         self.attribute = attribute
         # Phases (collectors/record/phases.py): torch.compile's work is told apart as it happens,
         # and the first step ends the warm-up. DLPT_PHASES=0 records one tree, as before phases.
@@ -142,7 +142,8 @@ class Recorder:
                     from dlpt.store import save
 
                     save(replace(prof, meta={**prof.meta, "provenance": self.provenance.to_dict()}), keep, force=True)
-                prof = attribute_compiled(prof, self.provenance)
+                # The model's pure transformation, on the records as plain data.
+                prof = attribute_compiled(prof, self.provenance.snapshot())
                 prof.sources.update(self.converter.sources(prof))  # stack traces may name new files
             prof = self._split(prof)
             self.post_seconds = time.perf_counter() - t0

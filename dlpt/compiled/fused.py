@@ -9,17 +9,17 @@ kernel call: an `extern_kernels.mm` op with its cuBLAS kernel, a Triton or C++ k
 
 once per distinct stack trace the kernel was generated from, each copy carrying a share.
 
-Shares: by work done. Inductor's compile records, for each kernel, the post-grad FX nodes in
-it; `inductor_hooks.record_work_weights` weighs each node by the bytes it would read and write as
-an op of its own (views, reshapes, expands, permutes, slices, selects: 0) and sums them per source
-stack trace (`KernelProvenance.weights`). A fused kernel's time is split between its lines in
-proportion to those weights; a line whose nodes are all views gets no share (and no node). An
-extern kernel (mm, SDPA, a convolution, a library call) carries only the node it implements
-(Inductor's `origin_node`), so it lands whole on that op's line, not on the views that feed it.
-Where no weight exists (a torch without the hook, a node of unknown size, a kernel of views
-only) the split is even, and the profile says so: `meta["compiled_provenance"]["shares"]` lists,
-per `[fused K]` frame, the lines and weights used or the reason for the even split, which the
-TUI's detail pane of that node shows. Every metric column of every moved node is split into
+Shares: by work done. Inductor's compile records, for each kernel, the post-grad FX nodes in it;
+the recorder (collectors/record/inductor_hooks.py) weighs each node by the bytes it would read
+and write as an op of its own (views, reshapes, expands, permutes, slices, selects: 0) and sums
+them per source stack trace (`KernelProvenance.weights`). A fused kernel's time is split between
+its lines in proportion to those weights; a line whose nodes are all views gets no share (and no
+node). An extern kernel (mm, SDPA, a convolution, a library call) carries only the node it
+implements (Inductor's `origin_node`), so it lands whole on that op's line, not on the views that
+feed it. Where no weight exists (a torch without the hook, a node of unknown size, a kernel of
+views only) the split is even, and the profile says so: `meta["compiled_provenance"]["shares"]`
+lists, per `[fused K]` frame, the lines and weights used or the reason for the even split, which
+the TUI's detail pane of that node shows. Every metric column of every moved node is split into
 integers by the largest-remainder rule, so shares sum to the original to the nanosecond (counts
 too: one launch shared by three lines counts 1, 0, 0, so totals stay the launches made); the
 activity rows are split so that each moved leaf's rows still sum to its metrics. The same rule
@@ -69,10 +69,10 @@ from dataclasses import replace
 import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
-from dlpt.collectors.record.compiled_frames import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
-from dlpt.collectors.record.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
-from dlpt.collectors.record.shares import split_activities, split_int
 from dlpt.compile_time import AUTOTUNING
+from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
+from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
+from dlpt.compiled.shares import split_activities, split_int
 from dlpt.frames import (
     ACTIVITY_KINDS,
     BACKWARD_FRAME,
