@@ -76,23 +76,29 @@ class ActivityKind(NamedTuple):
     label: str  # how totals name it: the report's and the TUI's GPU time split, the detail pane
     short: str  # a table column's header, the kind of a row in the detail pane's activity list
     time: str  # the metric its time counts in
+    counted_in: str  # the metric that counts its activities
+    split: str  # its key in the hotspots schema's `memcpy_time` split ("" for kernels and memsets)
 
 
 # The one place an activity kind gets its names, indexed by the numbers above.
 ACTIVITY_KIND_INFO = (
-    ActivityKind("kernel", "kernel", "kernels", "kernel", "kernel_time"),
-    ActivityKind("memcpy_htod", "memcpy", "HtoD", "HtoD", "htod_time"),
-    ActivityKind("memcpy_dtoh", "memcpy", "DtoH", "DtoH", "dtoh_time"),
-    ActivityKind("memcpy_dtod", "memcpy", "DtoD", "DtoD", "dtod_time"),
-    ActivityKind("memcpy_other", "memcpy", "other copies", "memcpy", "memcpy_other_time"),
-    ActivityKind("memset", "memset", "memset", "memset", "memset_time"),
+    ActivityKind("kernel", "kernel", "kernels", "kernel", "kernel_time", "kernel_count", ""),
+    ActivityKind("memcpy_htod", "memcpy", "HtoD", "HtoD", "htod_time", "copy_count", "HtoD"),
+    ActivityKind("memcpy_dtoh", "memcpy", "DtoH", "DtoH", "dtoh_time", "copy_count", "DtoH"),
+    ActivityKind("memcpy_dtod", "memcpy", "DtoD", "DtoD", "dtod_time", "copy_count", "DtoD"),
+    ActivityKind("memcpy_other", "memcpy", "other copies", "memcpy", "memcpy_other_time", "copy_count", "other"),
+    ActivityKind("memset", "memset", "memset", "memset", "memset_time", "memset_count", ""),
 )
+# The copies, in the order the hotspots schema's `memcpy_time` split lists them.
+COPY_KINDS = tuple(k for k in ACTIVITY_KIND_INFO if k.split)
+# The metrics that count activities (kernels, copies, memsets): a row's `count` is their sum.
+COUNT_METRICS = tuple(dict.fromkeys(k.counted_in for k in ACTIVITY_KIND_INFO))
 ACTIVITY_KIND_NAMES = tuple(k.stored for k in ACTIVITY_KIND_INFO)
 # The order a split of GPU time is told in: kernels, copies by direction, memsets, other copies.
 KIND_BREAKDOWN = tuple(ACTIVITY_KIND_INFO[k] for k in (KERNEL, HTOD, DTOH, DTOD, MEMSET, MEMCPY_OTHER))
 _KIND_TIME_COL = np.array([COL[k.time] for k in ACTIVITY_KIND_INFO])
 _KIND_BYTES_COL = {HTOD: COL["htod_bytes"], DTOH: COL["dtoh_bytes"], DTOD: COL["dtod_bytes"]}
-_KIND_COUNT_COL = np.array([COL["kernel_count"]] + [COL["copy_count"]] * 4 + [COL["memset_count"]])
+_KIND_COUNT_COL = np.array([COL[k.counted_in] for k in ACTIVITY_KIND_INFO])
 
 
 def copy_kind(name: str) -> int:

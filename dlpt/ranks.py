@@ -13,7 +13,7 @@ import numpy as np
 
 from dlpt.errors import DlptError
 from dlpt.merge import rank_of
-from dlpt.metrics import COL, is_collective, metric_column
+from dlpt.metrics import COL, COUNT_METRICS, is_collective, metric_column
 from dlpt.profile import Profile
 
 # ----- a merged profile -----
@@ -167,7 +167,7 @@ MIRROR_MIN_SHARE = 0.5
 # other metric is measured on the GPU (times, copies, counts, idle and sync time, memory), and a
 # rank with no GPU activity has none of it: not fast, but not taking part.
 HOST_METRICS = frozenset({"cpu_time", "host_time", "comm_wait_time"})
-_GPU_ACTIVITY = [COL[m] for m in ("gpu_time", "kernel_count", "copy_count", "memset_count")]
+_GPU_ACTIVITY = [COL[m] for m in ("gpu_time", *COUNT_METRICS)]
 
 
 def ranks_without_gpu(profile: Profile, metric: str) -> list[int]:

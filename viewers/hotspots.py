@@ -15,7 +15,7 @@ import numpy as np
 from dlpt.errors import DlptError
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
-from dlpt.metrics import COL, METRICS, metric_column, metric_unit
+from dlpt.metrics import COL, COPY_KINDS, COUNT_METRICS, METRICS, metric_column, metric_unit
 from dlpt.phases import ALL, phase_figures
 from dlpt.profile import Profile, default_metric
 from dlpt.ranks import judged_straggler, rank_totals, rank_values, ranks_without_gpu
@@ -38,8 +38,7 @@ def _exact(v: float | int) -> int:
 
 
 def _memcpy(row: np.ndarray, conv: Callable[[int], Any] = us) -> dict[str, Any]:
-    return {"HtoD": conv(row[COL["htod_time"]]), "DtoH": conv(row[COL["dtoh_time"]]),
-            "DtoD": conv(row[COL["dtod_time"]]), "other": conv(row[COL["memcpy_other_time"]])}
+    return {k.split: conv(row[COL[k.time]]) for k in COPY_KINDS}
 
 
 def _value(ns: int, metric: str) -> float:
@@ -151,7 +150,7 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
     np.add.at(bwd, own[in_bwd], cct.exclusive[in_bwd, col])
     leaf_kind = np.array([f.kind in ACTIVITY_KINDS for f in view.frames], dtype=bool)[cct.frame]
     leaves = np.flatnonzero(leaf_kind)
-    count_cols = [COL["kernel_count"], COL["copy_count"], COL["memset_count"]]
+    count_cols = [COL[m] for m in COUNT_METRICS]
     rows = [g for g in np.argsort(-fv.exclusive[:, col], kind="stable").tolist()
             if g != none and fv.exclusive[g, col] > 0][: max(top, 0)]
     spread = rank_values(view, owner, len(fv.labels), cct.exclusive[:, col])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlpt.frames import Frame
-from dlpt.metrics import KIND_BREAKDOWN, REGISTRY
+from dlpt.metrics import ACTIVITY_KIND_INFO, COUNT_METRICS, KIND_BREAKDOWN, MEMCPY_OTHER, REGISTRY
 from dlpt.profile import Profile
 from dlpt.viewers.format import safe_text, short_kernel_name
 from dlpt.viewers.tui.labels import frame_label
@@ -25,8 +25,8 @@ METRIC_CYCLE = tuple(m.name for m in REGISTRY if m.cycled)
 
 # Per-kind columns of the table: (header, metric). Columns whose profile total is zero are left
 # out so that narrow terminals keep room for names.
-KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k.time != "memcpy_other_time"),
-                ("#kern", "kernel_count"), ("#copy", "copy_count"))
+KIND_COLUMNS = (*((k.short, k.time) for k in KIND_BREAKDOWN if k is not ACTIVITY_KIND_INFO[MEMCPY_OTHER]),
+                *zip(("#kern", "#copy"), COUNT_METRICS))
 
 # A tree opens on its hot path while the next step holds at least this share of the total:
 # deeper than that the children are each small and the user picks among them.
