@@ -6,7 +6,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-METRICS = (
+# The stored columns of every profile written so far, in their column order. A metric added to
+# REGISTRY (below) and nowhere else gets the next column: METRICS is this order, then the
+# registry's new names; the store writes the names beside the columns and reads them by name.
+_COLUMNS = (
     "gpu_time", "kernel_time", "comm_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time",
     "memset_time", "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count",
     "memset_count", "cpu_time",
@@ -21,7 +24,6 @@ METRICS = (
     # bytes still live at the device's peak (summed over devices).
     "alloc_bytes", "alloc_count", "peak_bytes",
 )
-COL = {m: i for i, m in enumerate(METRICS)}
 
 
 class Metric(NamedTuple):
@@ -59,7 +61,9 @@ REGISTRY = (
     Metric("alloc_count", "count", "GPU allocations", False),
 )
 METRIC = {m.name: m for m in REGISTRY}
-assert set(METRIC) == set(METRICS), "every stored column has one record"
+assert set(_COLUMNS) <= set(METRIC), "every stored column has one record"
+METRICS = _COLUMNS + tuple(m.name for m in REGISTRY if m.name not in _COLUMNS)
+COL = {m: i for i, m in enumerate(METRICS)}
 # The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
 METRICS_V1 = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time", "memset_time",
               "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count", "memset_count", "cpu_time")

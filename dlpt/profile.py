@@ -11,7 +11,7 @@ import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
-from dlpt.metrics import COL, fmt_metric
+from dlpt.metrics import COL, REGISTRY, fmt_metric
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
 
@@ -121,17 +121,14 @@ def default_metric(*profiles: Profile) -> str:
     profiles has GPU activity; else `host_time` (wall-clock time on each line: pure Python, sleeps
     and ops alike, what a CPU profiler shows) when the recording sampled it; else `cpu_time`
     (host ops' self time) when any has host op time, as older CPU recordings and traces have;
-    else `gpu_time`. Reports, exports, the TUI, diffs and GraphFrames all start from this one
-    rule, so they agree on what a profile shows."""
-    gpu = cpu = host = 0
-    for p in profiles:
-        exc = p.cct.exclusive
-        gpu += int(exc[:, COL["gpu_time"]].sum())
-        cpu += int(exc[:, COL["cpu_time"]].sum())
-        host += int(exc[:, COL["host_time"]].sum())
-    if gpu:
-        return "gpu_time"
-    return "host_time" if host else "cpu_time" if cpu else "gpu_time"
+    else the first metric of the registry that has values (GPU memory alone, a metric of a
+    newer collector); else `gpu_time`. Reports, exports, the TUI, diffs and GraphFrames all
+    start from this one rule, so they agree on what a profile shows."""
+    tot = sum((p.cct.exclusive.sum(axis=0) for p in profiles), np.zeros(len(COL), dtype=np.int64))
+    for m in ("gpu_time", "host_time", "cpu_time", *(r.name for r in REGISTRY)):
+        if tot[COL[m]]:
+            return m
+    return "gpu_time"
 
 
 def unknown_device_events(*profiles: Profile) -> dict[str, int]:
