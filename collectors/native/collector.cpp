@@ -30,12 +30,12 @@
 // Each header includes what it uses (common.h first), so their order here does not matter.
 #include "common.h"    // the headers, the clocks, the collector's own state
 #include "autograd.h"  // backward work found through autograd's current node
-#include "device.h"  // CUPTI: kernels, copies and memsets into their leaves
-#include "frames.h"
-#include "host.h"    // host time, sync time, GPU busy intervals
-#include "memory.h"  // GPU memory by line: the caching allocator's events
-#include "peek.h"    // the main thread's frames read without the GIL, for the sampler
-#include "trie.h"
+#include "device.h"    // CUPTI: kernels, copies and memsets into their leaves
+#include "frames.h"    // the calling thread's Python frames
+#include "host.h"      // host time, sync time, GPU busy intervals
+#include "memory.h"    // GPU memory by line: the caching allocator's events
+#include "peek.h"      // the main thread's frames read without the GIL, for the sampler
+#include "trie.h"      // the trie, per-thread state, backward links
 
 namespace {
 
