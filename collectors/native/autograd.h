@@ -1,6 +1,4 @@
 // dlpt collector: the backward pass without RecordFunction, found through autograd's own state.
-// Part of collector.cpp (one translation unit): included there after frames.h, before device.h.
-//
 // Why: with a RecordFunction callback registered, every autograd node evaluation pays torch's
 // RecordFunction machinery twice (the `evaluate_function: X` wrapper, whose name torch builds
 // with a string stream, and the backward op, named by demangling its type), rebuilds of the
@@ -19,15 +17,15 @@
 // program that runs torch.profiler meanwhile, which needs RecordFunction for its own trace.
 #pragma once
 
+#include "common.h"  // first: Python.h before any other header
+
 #include <torch/csrc/autograd/function.h>
 
 #include <typeinfo>
 
-namespace {
+#include "frames.h"
 
-std::atomic<int64_t> g_bw_unrecorded{0};  // backward() calls running now with RecordFunction off
-std::atomic<uint64_t> g_bw_calls{0};       // backward() calls begun: a new one may place nodes anew
-bool device_recording();                  // collector.cpp: CUPTI's callbacks and activities are on
+namespace {
 
 // A node's name as torch's RecordFunction gives it (`torch::autograd::generated::MmBackward0`).
 // Demangled once per node type; a type whose name() says more than its type (a Python
@@ -50,7 +48,7 @@ const std::string& backward_name(ThreadState& ts, torch::autograd::Node& fn) {
 // backward op under its forward line, and beneath it the Python the node runs (a custom
 // Function's backward, compiled backward code) down to the `backward()` call's own frame.
 int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const void* frame) {
-  uint64_t seq = fn.sequence_nr(), tid = fn.thread_id(), call = g_bw_calls.load(std::memory_order_relaxed);
+  uint64_t seq = fn.sequence_nr(), tid = fn.thread_id(), call = g_collector.bw_calls.load(std::memory_order_relaxed);
   // A node launches a few kernels: the last one's place is kept. Nodes that outlive a backward()
   // call (AccumulateGrad, without a sequence number) go under the call running now.
   if (&fn != ts.bw_fn || seq != ts.bw_seq || tid != ts.bw_tid || call != ts.bw_call) {
@@ -68,7 +66,7 @@ int64_t backward_launch_node(ThreadState& ts, torch::autograd::Node& fn, const v
 // The autograd node running on this thread while backward runs with RecordFunction off and no
 // recorded op is open here; nullptr otherwise. Alive while it runs: the engine holds it.
 torch::autograd::Node* unrecorded_node(const ThreadState& ts) {
-  if (g_bw_unrecorded.load(std::memory_order_relaxed) == 0 || !(ts.stack.empty() || ts.stack.back().node < 0))
+  if (g_collector.bw_unrecorded.load(std::memory_order_relaxed) == 0 || !(ts.stack.empty() || ts.stack.back().node < 0))
     return nullptr;
   auto fn = torch::autograd::get_current_node();  // shared_ptr in torch 2.11, intrusive_ptr in 2.13
   return fn ? fn.get() : nullptr;
@@ -78,7 +76,7 @@ torch::autograd::Node* unrecorded_node(const ThreadState& ts) {
 // claimed already; the mark moves to now.
 void claim_since_mark(ThreadState& ts, int64_t place) {
   int64_t now = int64_t(at::sequence_number::peek());
-  if (place >= 0 && now != ts.seq_mark && !g_diag_no_launch_claims)
+  if (place >= 0 && now != ts.seq_mark && !g_collector.diag.no_launch_claims)
     seq_claim(at::RecordFunction::currentThreadId(), std::max(ts.seq_mark, now - 4096), now, place);
   ts.seq_mark = now;
 }
@@ -109,7 +107,7 @@ int64_t launch_node(ThreadState& ts) {
 // autograd thread inside a node (a reentrant checkpoint's nested backward() call), the node's
 // place, not the thread's own root.
 int64_t context_here() {
-  if (!g_host_on.load()) return -1;
+  if (!g_collector.host_on.load()) return -1;
   ThreadState& ts = tstate();
   torch::autograd::Node* fn = unrecorded_node(ts);
   return fn ? backward_launch_node(ts, *fn, current_pyframe()) : context(ts);
@@ -121,19 +119,19 @@ int64_t context_here() {
 // reentrant checkpoint's inside a node).
 void backward_begin(bool allow_off) {
   ThreadState& ts = tstate();
-  bool off = allow_off && g_host_on.load() && (device_recording() || g_diag_bw_off) && !g_diag_rf_backward &&
+  bool off = allow_off && g_collector.host_on.load() && (device_recording() || g_collector.diag.bw_off) && !g_collector.diag.rf_backward &&
              at::isRecordFunctionEnabled();
   int64_t here = context_here();
   // With RecordFunction on, the ops before this call claimed their numbers. Already off (inside a
   // node), what the recompute made after its last launch goes to that launch's place.
   claim_since_mark(ts, at::isRecordFunctionEnabled() ? -1 : ts.seq_place);
-  ts.bw_calls.push_back(BackwardCall{g_backward_ctx.load(), here, ts.bw_frame, off});
-  g_backward_ctx.store(here);
-  g_bw_calls.fetch_add(1);
+  ts.bw_calls.push_back(BackwardCall{g_collector.backward_ctx.load(), here, ts.bw_frame, off});
+  g_collector.backward_ctx.store(here);
+  g_collector.bw_calls.fetch_add(1);
   ts.bw_frame = current_pyframe();
   if (off) {
     at::enableRecordFunction(false);
-    g_bw_unrecorded.fetch_add(1);
+    g_collector.bw_unrecorded.fetch_add(1);
   }
 }
 
@@ -144,11 +142,11 @@ void backward_end() {
   ts.bw_calls.pop_back();
   // Back to the enclosing call's context, unless a call on another thread began meanwhile.
   int64_t mine = c.here;
-  g_backward_ctx.compare_exchange_strong(mine, c.ctx);
+  g_collector.backward_ctx.compare_exchange_strong(mine, c.ctx);
   ts.bw_frame = c.frame;
   if (c.rf_off) {
     at::enableRecordFunction(true);
-    g_bw_unrecorded.fetch_sub(1);
+    g_collector.bw_unrecorded.fetch_sub(1);
   }
 }
 

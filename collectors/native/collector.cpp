@@ -27,71 +27,19 @@
 // the GIL around every walk instead, the way Proton reads Python context, for comparison;
 // builds without the internal headers always do (public API). docs/BENCHMARKS.md has both.
 
-#include <Python.h>
-#if defined(DLPT_INTERNAL_FRAMES)
-#define Py_BUILD_CORE 1
-#include <internal/pycore_frame.h>
-#undef Py_BUILD_CORE
-#endif
-#include <frameobject.h>
-
-#include <pybind11/pybind11.h>
-
-#include <ATen/SequenceNumber.h>
-#include <ATen/record_function.h>
-
-#if defined(DLPT_CUPTI)
-#include <cupti.h>
-#endif
-
-#include <cxxabi.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <string_view>
-#include <tuple>
-#include <unordered_map>
-#include <unordered_set>
-#include <vector>
-
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-#include <sys/syscall.h>
-#include <unistd.h>
-
-namespace py = pybind11;
-
-#include "trie.h"
-#include "frames.h"
+// Each header includes what it uses (common.h first), so their order here does not matter.
+#include "common.h"    // the headers, the clocks, the collector's own state
+#include "autograd.h"  // backward work found through autograd's current node
+#include "device.h"    // CUPTI: kernels, copies and memsets into their leaves
+#include "frames.h"    // the calling thread's Python frames
+#include "host.h"      // host time, sync time, GPU busy intervals
+#include "memory.h"    // GPU memory by line: the caching allocator's events
+#include "peek.h"      // the main thread's frames read without the GIL, for the sampler
+#include "trie.h"      // the trie, per-thread state, backward links
 
 namespace {
 
 // ----- the RecordFunction callback -----
-
-void collective_log(int64_t node, int64_t t0, int64_t t1);  // host.h
-void host_op_entered(const ThreadState& ts);  // host.h
-
-std::atomic<bool> g_host_on{false};
-at::CallbackHandle g_handle = 0;
-// Diagnostics for measuring the collector's parts (bench/, docs/BENCHMARKS.md), off in use:
-// the op callback returns at once; CUPTI without its callbacks; CUPTI without its activities;
-// RecordFunction switched per quiet op; kept in backward; off in backward without CUPTI; CUPTI
-// without driver-API callbacks (Triton's launches then go unplaced); no sequence numbers claimed
-// by launches in backward (autograd.h).
-bool g_diag_noop = false, g_diag_no_callbacks = false, g_diag_no_activities = false, g_diag_toggle = false,
-     g_diag_rf_backward = false, g_diag_bw_off = false, g_diag_no_driver = false, g_diag_no_launch_claims = false,
-     g_diag_no_waits = false,  // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
-     g_diag_sampler_gil = false,  // samplergil: the sampler reads the main thread with the GIL too (host.h)
-     g_diag_no_kernels = false;   // nokernels: CUPTI without kernel records (copies and memsets only)
 
 // Whether an op runs no Python of its own, so nothing beneath it needs a line: an aten/c10 op
 // (a name with "::"), except autograd's evaluate_function wrapper, whose child is the backward
@@ -137,7 +85,7 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
   ThreadState& ts = tstate();
   ++ts.n_ops;
   uint64_t epoch = ts.epoch;
-  if (!g_host_on.load(std::memory_order_relaxed)) {
+  if (!g_collector.host_on.load(std::memory_order_relaxed)) {
     ts.stack.push_back(OpenOp{-1, 0, 0, 0, nullptr, false, false, 0});  // keeps enter/exit paired while switching off
     return;
   }
@@ -165,7 +113,7 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
   // counted with callgrind on nanoGPT's step, two switches cost more than the machinery of the
   // 2-3 inner ops an op has on average (DLPT_DIAG=toggle switches, for comparison).
   if (op.quiet) {
-    if (g_diag_toggle) at::enableRecordFunction(false);
+    if (g_collector.diag.toggle) at::enableRecordFunction(false);
     else ++ts.quiet;
   }
   ts.stack.push_back(OpenOp{op.node, t0, 0, epoch, frame, backward, op.quiet, int64_t(at::sequence_number::peek()),
@@ -173,7 +121,7 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  if (g_diag_noop) return nullptr;
+  if (g_collector.diag.noop) return nullptr;
   // Beneath a quiet op (most ops: those an op calls inside the dispatcher) only a count. Read
   // before tstate()'s checks of the recording and the phase, which change nothing here.
   ThreadState* s = t_state;
@@ -192,7 +140,7 @@ __attribute__((noinline)) void exit_op(ThreadState* s) {
   OpenOp op = s->stack.back();
   s->stack.pop_back();
   if (op.quiet) {
-    if (g_diag_toggle) at::enableRecordFunction(true);
+    if (g_collector.diag.toggle) at::enableRecordFunction(true);
     else --s->quiet;
   }
   if (op.node < 0) return;
@@ -205,16 +153,16 @@ __attribute__((noinline)) void exit_op(ThreadState* s) {
     if (seq1 > op.seq0) seq_claim(s->rf_tid, op.seq0, seq1, op.node);
   }
   int64_t dur = ticks() - op.t0;
-  if (op.epoch == g_epoch.load(std::memory_order_relaxed)) {
+  if (op.epoch == g_trie.epoch.load(std::memory_order_relaxed)) {
     int64_t self = dur - op.child;
-    (*g_cpu)[op.node].fetch_add(self > 0 ? self : 0, std::memory_order_relaxed);
+    (*g_trie.cpu)[op.node].fetch_add(self > 0 ? self : 0, std::memory_order_relaxed);
     if (op.coll) collective_log(op.node, op.t0, op.t0 + dur);
   }
   if (!s->stack.empty()) s->stack.back().child += dur;
 }
 
 void on_exit(const at::RecordFunction&, at::ObserverContext*) {
-  if (g_diag_noop) return;
+  if (g_collector.diag.noop) return;
   ThreadState* s = t_state;
   if (s == nullptr) return;
   if (s->skipped > 0) {
@@ -226,42 +174,26 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 
 }  // namespace
 
-#include "autograd.h"
-#include "device.h"  // after the callback: it reads the diagnostics flags above
-#include "memory.h"  // GPU memory by line: the caching allocator's events
-#include "peek.h"    // the main thread's frames read without the GIL, for the sampler
-#include "host.h"    // host time, sync time, GPU busy intervals
 
-namespace {
-bool device_recording() {
-#if defined(DLPT_CUPTI)
-  return g_device_on.load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
-}
-}  // namespace
 
 namespace {
 
 // ----- the Python binding -----
 
-bool g_host_registered = false;
-
 std::string switch_on(bool device, bool host) {
-  g_host_on.store(true);
-  if (host && !g_host_registered) {
-    g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
+  g_collector.host_on.store(true);
+  if (host && !g_collector.host_registered) {
+    g_collector.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                                          .needsInputs(false)
                                          .needsOutputs(false)
                                          .needsIds(false)
                                          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-    g_host_registered = true;
+    g_collector.host_registered = true;
   }
 #if defined(DLPT_CUPTI)
   if (device) {
-    g_cupti_error = device_on();
-    return g_cupti_error;
+    g_device.cupti_error = device_on();
+    return g_device.cupti_error;
   }
 #else
   (void)device;
@@ -273,68 +205,68 @@ std::string switch_on(bool device, bool host) {
 // device side is on (or was not asked for), else why it could not start.
 std::string start(bool device, bool gil_frames, bool host, const std::string& diag, int64_t sample_ns,
                   int64_t phase) {
-  g_diag_noop = diag.find("noop") != std::string::npos;
-  g_diag_no_callbacks = diag.find("nocallbacks") != std::string::npos;
-  g_diag_no_activities = diag.find("noactivities") != std::string::npos;
-  g_diag_toggle = diag.find("toggle") != std::string::npos;
-  g_diag_rf_backward = diag.find("rfbackward") != std::string::npos;
-  g_diag_bw_off = diag.find("bwoff") != std::string::npos;
-  g_diag_no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
-  g_diag_no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
-  g_diag_no_waits = diag.find("nowaits") != std::string::npos;
-  g_diag_sampler_gil = diag.find("samplergil") != std::string::npos;
-  g_diag_no_kernels = diag.find("nokernels") != std::string::npos;
-  if (g_nodes == nullptr) {
-    g_nodes = new Chunked<Node>();
-    g_cpu = new Chunked<std::atomic<int64_t>>();
-    g_corr = new CorrSlot[kCorrSize];
-    for (auto& s : g_seq) s.store(nullptr);
+  g_collector.diag.noop = diag.find("noop") != std::string::npos;
+  g_collector.diag.no_callbacks = diag.find("nocallbacks") != std::string::npos;
+  g_collector.diag.no_activities = diag.find("noactivities") != std::string::npos;
+  g_collector.diag.toggle = diag.find("toggle") != std::string::npos;
+  g_collector.diag.rf_backward = diag.find("rfbackward") != std::string::npos;
+  g_collector.diag.bw_off = diag.find("bwoff") != std::string::npos;
+  g_collector.diag.no_driver = diag.find("nodriver") != std::string::npos;  // runtime API callbacks only
+  g_collector.diag.no_launch_claims = diag.find("nolaunchclaims") != std::string::npos;
+  g_collector.diag.no_waits = diag.find("nowaits") != std::string::npos;
+  g_collector.diag.sampler_gil = diag.find("samplergil") != std::string::npos;
+  g_collector.diag.no_kernels = diag.find("nokernels") != std::string::npos;
+  if (g_trie.nodes == nullptr) {
+    g_trie.nodes = new Chunked<Node>();
+    g_trie.cpu = new Chunked<std::atomic<int64_t>>();
+    g_device.corr = new CorrSlot[kCorrSize];
+    for (auto& s : g_trie.seq) s.store(nullptr);
   }
   std::vector<PyObject*> codes;
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    codes.swap(g_codes);
-    g_index.clear();
-    g_code_idx.clear();
-    g_names.clear();
-    g_name_idx.clear();
-    g_n_nodes.store(0);
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    codes.swap(g_trie.codes);
+    g_trie.index.clear();
+    g_trie.code_idx.clear();
+    g_trie.names.clear();
+    g_trie.name_idx.clear();
+    g_trie.n_nodes.store(0);
     intern_node_locked(-1, N_ROOT, 0, 0);
   }
   for (PyObject* c : codes) Py_DECREF(c);
   {
-    std::lock_guard<std::mutex> lk(g_leaf_mu);
-    g_leaves.clear();
-    g_leaf_idx.clear();
-    g_kernel_name_cache.clear();
-    g_no_launch_node = -1;
+    std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+    g_device.leaves.clear();
+    g_device.leaf_idx.clear();
+    g_device.kernel_name_cache.clear();
+    g_device.no_launch_node = -1;
 #if defined(DLPT_CUPTI)
     graphs_clear_locked();
 #endif
   }
   seq_clear();
-  g_records = 0;
-  g_unlinked = 0;
-  g_dropped_nodes = 0;
-  g_backward_ctx = -1;
-  g_epoch.fetch_add(1);
+  g_device.records = 0;
+  g_device.unlinked = 0;
+  g_trie.dropped_nodes = 0;
+  g_collector.backward_ctx = -1;
+  g_trie.epoch.fetch_add(1);
   {
     // Phases (trie.h): `phase` is the one the recording starts in; below 0, none (one tree).
-    std::lock_guard<std::mutex> lk(g_phase_mu);
-    g_phase_log.clear();
-    g_compile_depth = 0;
-    g_phase_node.store(0);
-    g_phase_gen.fetch_add(1);
-    g_phase_auto.store(phase == P_STARTUP);
+    std::lock_guard<std::mutex> lk(g_trie.phase_mu);
+    g_trie.phase_log.clear();
+    g_trie.compile_depth = 0;
+    g_trie.phase_node.store(0);
+    g_trie.phase_gen.fetch_add(1);
+    g_trie.phase_auto.store(phase == P_STARTUP);
     if (phase >= 0) {
-      g_phase_base = phase;
+      g_trie.phase_base = phase;
       phase_apply_locked();
     }
   }
-  g_gil_frames = gil_frames;
-  g_main_tstate = PyThreadState_Get();
-  g_tick0 = ticks();
-  g_ns0 = steady_ns();
+  g_collector.gil_frames = gil_frames;
+  g_collector.main_tstate = PyThreadState_Get();
+  g_collector.tick0 = ticks();
+  g_collector.ns0 = steady_ns();
   host_start(sample_ns, device);
 #if defined(DLPT_CUPTI)
   memory_start(device);
@@ -349,10 +281,10 @@ void stop() {
 #if defined(DLPT_CUPTI)
   memory_stop();
 #endif
-  g_host_on.store(false);
-  if (g_host_registered) {
-    at::removeCallback(g_handle);
-    g_host_registered = false;
+  g_collector.host_on.store(false);
+  if (g_collector.host_registered) {
+    at::removeCallback(g_collector.handle);
+    g_collector.host_registered = false;
   }
 #if defined(DLPT_CUPTI)
   device_off();
@@ -381,8 +313,8 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
   std::vector<std::string> names;
   {
     py::gil_scoped_release nogil;  // threads that intern a new code object need the GIL first
-    std::lock_guard<std::mutex> lk(g_mu);
-    int64_t n = g_n_nodes.load(std::memory_order_acquire);
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    int64_t n = g_trie.n_nodes.load(std::memory_order_acquire);
     double rate = ns_per_tick();  // host times are kept in ticks
     parent.resize(n);
     kind.resize(n);
@@ -390,20 +322,20 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
     b.resize(n);
     cpu.resize(n);
     for (int64_t i = 0; i < n; ++i) {
-      const Node& x = (*g_nodes)[i];
+      const Node& x = (*g_trie.nodes)[i];
       parent[i] = x.parent;
       kind[i] = x.kind;
       a[i] = x.a;
       b[i] = x.b;
-      cpu[i] = int64_t(double((*g_cpu)[i].load(std::memory_order_relaxed)) * rate + 0.5);
+      cpu[i] = int64_t(double((*g_trie.cpu)[i].load(std::memory_order_relaxed)) * rate + 0.5);
     }
-    for (size_t i = size_t(std::max<int64_t>(codes_from, 0)); i < g_codes.size(); ++i) codes.push_back(g_codes[i]);
-    for (size_t i = size_t(std::max<int64_t>(names_from, 0)); i < g_names.size(); ++i) names.push_back(g_names[i]);
+    for (size_t i = size_t(std::max<int64_t>(codes_from, 0)); i < g_trie.codes.size(); ++i) codes.push_back(g_trie.codes[i]);
+    for (size_t i = size_t(std::max<int64_t>(names_from, 0)); i < g_trie.names.size(); ++i) names.push_back(g_trie.names[i]);
   }
   {
     py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lk(g_leaf_mu);
-    leaves.reserve(g_leaves.size() * 10);
+    std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+    leaves.reserve(g_device.leaves.size() * 10);
     auto put = [&leaves](const Leaf& l) {
       int64_t row[10] = {l.node, l.kind, l.name, l.count, l.total, l.minv, l.maxv, l.bytes, l.device, l.stream};
       leaves.insert(leaves.end(), row, row + 10);
@@ -411,12 +343,12 @@ py::tuple snapshot(int64_t codes_from, int64_t names_from) {
 #if defined(DLPT_CUPTI)
     // Graph replays traced per graph, spread over their kernels (device.h), merged into the
     // traced leaves of the same nodes, so a snapshot never holds one leaf twice.
-    if (g_graph_replays.empty())  // no replay traced per graph: the leaves as they are, no copy
-      for (const Leaf& l : g_leaves) put(l);
+    if (g_device.graph_replays.empty())  // no replay traced per graph: the leaves as they are, no copy
+      for (const Leaf& l : g_device.leaves) put(l);
     else
       for (const Leaf& l : graph_leaves_locked()) put(l);
 #else
-    for (const Leaf& l : g_leaves) put(l);
+    for (const Leaf& l : g_device.leaves) put(l);
 #endif
   }
   py::list pcodes, pnames;
@@ -444,39 +376,39 @@ py::dict host_snapshot() {
   {
     py::gil_scoped_release nogil;
     {
-      std::lock_guard<std::mutex> lk(g_host_mu);
-      for (auto& [n, v] : g_host_ns) hn.push_back(n), hv.push_back(v);
-      for (auto& [n, v] : g_sync_ns) sn.push_back(n), sv.push_back(v);
+      std::lock_guard<std::mutex> lk(g_host.mu);
+      for (auto& [n, v] : g_host.host_ns) hn.push_back(n), hv.push_back(v);
+      for (auto& [n, v] : g_host.sync_ns) sn.push_back(n), sv.push_back(v);
       auto put = [&](const HostInterval& x) {
         is.push_back(x.start), ie.push_back(x.end), in.push_back(x.node), it.push_back(x.tid), iy.push_back(x.sync);
       };
-      for (const HostInterval& x : g_intervals) put(x);
-      int64_t open_end = g_window_open.load() ? now : g_window_end;
-      if (g_keep_intervals)
-        for (auto& [tid, r] : g_runs)
+      for (const HostInterval& x : g_host.intervals) put(x);
+      int64_t open_end = g_host.window_open.load() ? now : g_host.window_end;
+      if (g_host.keep_intervals)
+        for (auto& [tid, r] : g_host.runs)
           if (r.node >= 0 && open_end > r.start) put(HostInterval{r.start, open_end, r.node, tid, r.sync});
-      w0 = g_window_start;
-      w1 = g_window_open.load() ? 0 : g_window_end;
+      w0 = g_host.window_start;
+      w1 = g_host.window_open.load() ? 0 : g_host.window_end;
     }
     {
-      std::lock_guard<std::mutex> lk(g_leaf_mu);
-      for (auto& [d, b] : g_busy) {
+      std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+      for (auto& [d, b] : g_host.busy) {
         busy_merge(b);
         for (auto& [x, y] : b.iv) bd.push_back(d), bs.push_back(x), be.push_back(y);
       }
-      for (auto& [d, b] : g_ready) {
+      for (auto& [d, b] : g_host.ready) {
         busy_merge(b);
         for (auto& [x, y] : b.iv) rd.push_back(d), rs.push_back(x), re.push_back(y);
       }
     }
     {
-      std::lock_guard<std::mutex> lk(g_threads_mu);
-      for (ThreadState* t : g_threads)
-        if (t->launched.load(std::memory_order_relaxed) && t->epoch == g_epoch.load()) launch_tids.push_back(t->tid);
+      std::lock_guard<std::mutex> lk(g_trie.threads_mu);
+      for (ThreadState* t : g_trie.threads)
+        if (t->launched.load(std::memory_order_relaxed) && t->epoch == g_trie.epoch.load()) launch_tids.push_back(t->tid);
     }
     {
-      std::lock_guard<std::mutex> lk(g_phase_mu);
-      for (auto& [t, p] : g_phase_log) pt.push_back(t), pp.push_back(p);
+      std::lock_guard<std::mutex> lk(g_trie.phase_mu);
+      for (auto& [t, p] : g_trie.phase_log) pt.push_back(t), pp.push_back(p);
     }
   }
   py::dict d;
@@ -502,7 +434,7 @@ py::dict host_snapshot() {
   d["window_end"] = w1;
   d["now"] = now;
 #if defined(DLPT_CUPTI)
-  d["cupti_offset"] = g_cupti_offset;
+  d["cupti_offset"] = g_device.cupti_offset;
 #else
   d["cupti_offset"] = 0;
 #endif
@@ -511,13 +443,13 @@ py::dict host_snapshot() {
     // it now: ranks on one host share the steady clock; ranks on several compare in the wall clock.
     py::gil_scoped_release nogil;
     double rate = ns_per_tick();
-    CollColumns calls = g_coll.columns([rate](int64_t t) { return g_ns0 + int64_t(double(t - g_tick0) * rate); });
+    CollColumns calls = g_host.coll.columns([rate](int64_t t) { return g_collector.ns0 + int64_t(double(t - g_collector.tick0) * rate); });
 #if defined(DLPT_CUPTI)
-    const int64_t cupti = g_cupti_offset;
+    const int64_t cupti = g_device.cupti_offset;
 #else
     const int64_t cupti = 0;  // without CUPTI no kernel is logged
 #endif
-    CollColumns kernels = g_coll_k.columns([cupti](int64_t t) { return t - cupti; });
+    CollColumns kernels = g_host.coll_k.columns([cupti](int64_t t) { return t - cupti; });
     py::gil_scoped_acquire gil;
     for (auto& [prefix, cols] : {std::pair<const char*, CollColumns*>{"coll", &calls}, {"collk", &kernels}}) {
       std::string p(prefix);
@@ -529,19 +461,19 @@ py::dict host_snapshot() {
   }
   d["realtime_offset"] = int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::system_clock::now().time_since_epoch()).count()) - steady_ns();
-  d["samples"] = g_samples.load();
-  d["sample_waits"] = g_sample_waits.load();
-  d["peek_samples"] = g_peek_samples.load();
-  d["sample_skips"] = g_peek_skips.load();
+  d["samples"] = g_host.samples.load();
+  d["sample_waits"] = g_host.sample_waits.load();
+  d["peek_samples"] = g_host.peek_samples.load();
+  d["sample_skips"] = g_host.peek_skips.load();
   d["main_read"] = host_main_read();
-  d["sample_period_ns"] = g_sample_period_ns;
+  d["sample_period_ns"] = g_host.sample_period_ns;
   return d;
 }
 
 // Called first thing in a thread dlpt saw start: its work goes under `start_node` (the line
 // that started it) and a [thread] node; the frames on its stack now are dlpt's, not the program's.
 void register_thread(int64_t start_node, int64_t key) {
-  if (start_node < 0 || !g_host_on.load()) return;  // started while dlpt was not recording
+  if (start_node < 0 || !g_collector.host_on.load()) return;  // started while dlpt was not recording
   ThreadState& ts = tstate();
   ts.base = intern_node(start_node, N_THREAD, key, 0);
   ts.forget_walk();
@@ -557,13 +489,13 @@ py::dict capabilities() {
   py::dict d;
 #if defined(DLPT_CUPTI)
   d["cupti"] = true;
-  d["cupti_error"] = g_cupti_error;
+  d["cupti_error"] = g_device.cupti_error;
 #else
   d["cupti"] = false;
   d["cupti_error"] = "";
 #endif
 #if defined(DLPT_INTERNAL_FRAMES)
-  d["frames"] = g_gil_frames.load() ? "internal+gil" : "internal";
+  d["frames"] = g_collector.gil_frames.load() ? "internal+gil" : "internal";
 #else
   d["frames"] = "public+gil";
 #endif
@@ -572,24 +504,24 @@ py::dict capabilities() {
 
 py::dict stats() {
   py::dict d;
-  d["nodes"] = g_n_nodes.load();
-  d["device_records"] = g_records.load();
+  d["nodes"] = g_trie.n_nodes.load();
+  d["device_records"] = g_device.records.load();
 #if defined(DLPT_CUPTI)
   {
-    std::lock_guard<std::mutex> lk(g_leaf_mu);
-    d["graph_trace"] = g_graph_level ? "graph" : "node";  // DLPT_GRAPH_TRACE (device.h)
-    d["graph_replays_per_graph"] = g_graph_records;
-    d["graph_replays_per_kernel"] = int64_t(g_sampled.size());
-    d["graph_toggle_errors"] = g_graph_toggle_errors.load();
-    d["graph_first_records_repaired"] = g_graph_repaired;  // stale first records (graphs_resolve_locked)
+    std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+    d["graph_trace"] = g_device.graph_level ? "graph" : "node";  // DLPT_GRAPH_TRACE (device.h)
+    d["graph_replays_per_graph"] = g_device.graph_records;
+    d["graph_replays_per_kernel"] = int64_t(g_device.sampled.size());
+    d["graph_toggle_errors"] = g_device.graph_toggle_errors.load();
+    d["graph_first_records_repaired"] = g_device.graph_repaired;  // stale first records (graphs_resolve_locked)
   }
 #endif
-  d["unlinked_records"] = g_unlinked.load();
-  d["dropped_nodes"] = g_dropped_nodes.load();
+  d["unlinked_records"] = g_device.unlinked.load();
+  d["dropped_nodes"] = g_trie.dropped_nodes.load();
   int64_t ops = 0;
   {
-    std::lock_guard<std::mutex> lk(g_threads_mu);
-    for (ThreadState* t : g_threads) ops += t->n_ops;  // a racy read of counters: for stats only
+    std::lock_guard<std::mutex> lk(g_trie.threads_mu);
+    for (ThreadState* t : g_trie.threads) ops += t->n_ops;  // a racy read of counters: for stats only
   }
   d["ops"] = ops;
   return d;

@@ -1,17 +1,15 @@
 // dlpt collector: the device side, CUPTI callbacks and activity buffers.
 // Compiled only with DLPT_CUPTI; the op callback's state (trie.h, frames.h) is used here.
-// Part of collector.cpp (one translation unit): included there, in this order.
 #pragma once
+
+#include "common.h"  // first: Python.h before any other header
+
+#include "autograd.h"  // launch_node: where a launch belongs
+#include "trie.h"
 
 namespace {
 
 // ----- device side: CUPTI -----
-
-// host.h (included after this file): GPU busy intervals and sync time.
-void busy_add(int64_t device, int64_t start, int64_t end, int64_t launched);
-void sync_enter(ThreadState& ts, int64_t node);
-void sync_exit(ThreadState& ts);
-void collective_kernel_log(int64_t node, int64_t start, int64_t end);
 
 struct Leaf {
   int64_t node, name, count, total, minv, maxv, bytes, device, stream;
@@ -27,31 +25,6 @@ struct LeafKeyHash {
     return size_t(uint64_t(k.node) * 0x9E3779B97F4A7C15ULL ^ uint64_t(k.name) * 0xC2B2AE3D27D4EB4FULL ^ uint64_t(k.kind));
   }
 };
-std::mutex g_leaf_mu;
-std::vector<Leaf> g_leaves;
-std::unordered_map<LeafKey, int64_t, LeafKeyHash> g_leaf_idx;
-// CUPTI's names are stable per kernel: (name index, whether it is a collective's, NCCL's or RCCL's)
-std::unordered_map<const char*, std::pair<int64_t, bool>> g_kernel_name_cache;
-std::atomic<int64_t> g_records{0}, g_unlinked{0};
-int64_t g_no_launch_node = -1;
-double g_buffer_rate = 1.0;  // ns per tick, taken once per activity buffer (buffer_completed)
-
-void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int64_t bytes, int64_t device,
-                     int64_t stream) {
-  LeafKey k{node, name, kind};
-  auto it = g_leaf_idx.find(k);
-  if (it == g_leaf_idx.end()) {
-    g_leaf_idx.emplace(k, int64_t(g_leaves.size()));
-    g_leaves.push_back(Leaf{node, name, 1, dur, dur, dur, bytes, device, stream, kind});
-    return;
-  }
-  Leaf& l = g_leaves[it->second];
-  l.count += 1;
-  l.total += dur;
-  if (dur < l.minv) l.minv = dur;
-  if (dur > l.maxv) l.maxv = dur;
-  l.bytes += bytes;
-}
 
 // CUPTI correlation id → (node, when the host's launch call returned), as a ring: ids grow, and a
 // record arrives within a flush of its launch, so the last 2^20 launches in flight are enough
@@ -63,10 +36,116 @@ struct CorrSlot {
   std::atomic<int64_t> node{-1};
   std::atomic<int64_t> tick{0};
 };
-CorrSlot* g_corr = nullptr;
+
+#if defined(DLPT_CUPTI)
+constexpr int kMaxRuntimeCbid = 1 << 12;
+
+// CUDA-graph replays traced per kernel and per graph (see "CUDA-graph replays" below).
+struct MixPart {
+  int64_t count = 0, total = 0, bytes = 0, minv = INT64_MAX, maxv = 0;
+};
+struct GraphMix {
+  std::unordered_map<int64_t, MixPart> parts;  // name index * 8 + activity kind →
+  int64_t total = 0;                          // the parts' time
+};
+struct TracedRecord {
+  int64_t node, name, start, end, bytes, device, stream, launched;
+  int32_t kind;
+};
+struct TracedReplay {
+  uint32_t graph = 0;
+  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end (once resolved)
+  bool resolved = false;
+  std::vector<TracedRecord> records;  // until resolved (graphs_resolve_locked)
+};
+struct GraphReplays {
+  int64_t count = 0, total = 0, minv = INT64_MAX, maxv = 0, device = 0, stream = 0;
+};
+#endif
+
+// The device side's state: the leaves the activity records add to, the correlation ring, and
+// CUPTI's subscription and graph tracing (the one instance, g_device, is at static storage).
+struct DeviceState {
+  // The (node, name) leaves: guarded by leaf_mu, which the activity thread holds per buffer.
+  std::mutex leaf_mu;
+  std::vector<Leaf> leaves;
+  std::unordered_map<LeafKey, int64_t, LeafKeyHash> leaf_idx;
+  // CUPTI's names are stable per kernel: (name index, whether it is a collective's, NCCL's or RCCL's)
+  std::unordered_map<const char*, std::pair<int64_t, bool>> kernel_name_cache;
+  std::atomic<int64_t> records{0}, unlinked{0};
+  int64_t no_launch_node = -1;
+  double buffer_rate = 1.0;  // ns per tick, taken once per activity buffer (buffer_completed)
+
+  CorrSlot* corr = nullptr;  // the ring above, kCorrSize slots (made by the first start())
+
+#if defined(DLPT_CUPTI)
+  CUpti_SubscriberHandle sub = nullptr;
+  std::atomic<bool> on{false};
+  std::string cupti_error;
+  int64_t cupti_offset = 0;  // CUPTI's timestamp minus steady_ns() (device_on)
+
+  // Switching off leaves CUPTI attached to the process: with every activity kind disabled and no
+  // callback wanted, CUDA calls still pay for it (measured: the steps after a `--steps` window ran
+  // 9-27% slower than before it). So switching off ends in cuptiFinalize(), which detaches CUPTI;
+  // NVIDIA's cupti_finalize sample calls it at the exit site of a CUDA API callback, where no
+  // other CUPTI call of this thread is in flight: the next launch's exit does it here. The mutex
+  // keeps it from overlapping dlpt's own CUPTI calls (a snapshot's flush, switching on again);
+  // the callback only tries it, so a launch never waits. Any later CUPTI call attaches again.
+  std::mutex cupti_mu;
+  std::atomic<bool> detach{false};
+
+  // Runtime-API calls that block the host until the GPU catches up (host.h: sync time), by
+  // callback id; filled when CUPTI is switched on.
+  bool sync_cbid[kMaxRuntimeCbid] = {};
+  bool launch_cbid[kMaxRuntimeCbid] = {};
+
+  // CUDA-graph replays (see "CUDA-graph replays" below).
+  bool graph_level = false;  // DLPT_GRAPH_TRACE=graph
+  std::mutex graph_mu;
+  std::unordered_map<const void*, uint64_t> graph_launches;  // graph exec → its replays so far
+  std::atomic<int64_t> graph_toggle_errors{0};
+  std::atomic<bool> graph_restore{false};  // graph-level tracing is due back on (graph_launch_exit)
+
+  // What the replays traced per kernel measured, per graph, and the replays traced per graph, per
+  // (node, graph); all under leaf_mu, filled by buffer_completed.
+  std::unordered_map<uint32_t, GraphMix> mix;           // graph id →
+  std::unordered_map<uint32_t, TracedReplay> sampled;   // correlation id of a replay traced per kernel →
+  std::map<std::pair<int64_t, uint32_t>, GraphReplays> graph_replays;  // (node, graph id) →
+  int64_t graph_records = 0;
+  int64_t graph_repaired = 0;  // traced replays whose first record's end was stale (graphs_resolve_locked)
+  int64_t untraced_name = -1;  // "CUDA graph replay (no replay traced per kernel)"
+#endif
+};
+DeviceState g_device;
+
+// Whether CUPTI's callbacks and activities are on (autograd.h asks, through common.h).
+bool device_recording() {
+#if defined(DLPT_CUPTI)
+  return g_device.on.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void add_leaf_locked(int64_t node, int32_t kind, int64_t name, int64_t dur, int64_t bytes, int64_t device,
+                     int64_t stream) {
+  LeafKey k{node, name, kind};
+  auto it = g_device.leaf_idx.find(k);
+  if (it == g_device.leaf_idx.end()) {
+    g_device.leaf_idx.emplace(k, int64_t(g_device.leaves.size()));
+    g_device.leaves.push_back(Leaf{node, name, 1, dur, dur, dur, bytes, device, stream, kind});
+    return;
+  }
+  Leaf& l = g_device.leaves[it->second];
+  l.count += 1;
+  l.total += dur;
+  if (dur < l.minv) l.minv = dur;
+  if (dur > l.maxv) l.maxv = dur;
+  l.bytes += bytes;
+}
 
 void corr_put(uint64_t corr, int64_t node, int64_t tick) {
-  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  CorrSlot& s = g_device.corr[corr & (kCorrSize - 1)];
   s.corr.store(0, std::memory_order_relaxed);
   s.node.store(node, std::memory_order_relaxed);
   s.tick.store(tick, std::memory_order_relaxed);
@@ -75,23 +154,18 @@ void corr_put(uint64_t corr, int64_t node, int64_t tick) {
 
 // The launch call returned: its work is queued from `tick` on.
 void corr_launched(uint64_t corr, int64_t tick) {
-  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  CorrSlot& s = g_device.corr[corr & (kCorrSize - 1)];
   if (s.corr.load(std::memory_order_acquire) == corr) s.tick.store(tick, std::memory_order_relaxed);
 }
 
 int64_t corr_get(uint64_t corr, int64_t* tick = nullptr) {
-  CorrSlot& s = g_corr[corr & (kCorrSize - 1)];
+  CorrSlot& s = g_device.corr[corr & (kCorrSize - 1)];
   if (s.corr.load(std::memory_order_acquire) != corr) return -1;
   if (tick != nullptr) *tick = s.tick.load(std::memory_order_relaxed);
   return s.node.load(std::memory_order_relaxed);
 }
 
 #if defined(DLPT_CUPTI)
-CUpti_SubscriberHandle g_sub = nullptr;
-std::atomic<bool> g_device_on{false};
-std::string g_cupti_error;
-int64_t g_cupti_offset = 0;  // CUPTI's timestamp minus steady_ns() (device_on)
-
 const char* mem_kind(int k) {
   switch (k) {
     case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return "Pageable";
@@ -126,28 +200,13 @@ std::pair<std::string, int32_t> copy_name(int kind, int src, int dst) {
   return {std::string("Memcpy ") + k + " (" + mem_kind(src) + " -> " + mem_kind(dst) + ")", ak};
 }
 
-// Switching off leaves CUPTI attached to the process: with every activity kind disabled and no
-// callback wanted, CUDA calls still pay for it (measured: the steps after a `--steps` window ran
-// 9-27% slower than before it). So switching off ends in cuptiFinalize(), which detaches CUPTI;
-// NVIDIA's cupti_finalize sample calls it at the exit site of a CUDA API callback, where no
-// other CUPTI call of this thread is in flight: the next launch's exit does it here. The mutex
-// keeps it from overlapping dlpt's own CUPTI calls (a snapshot's flush, switching on again);
-// the callback only tries it, so a launch never waits. Any later CUPTI call attaches again.
-std::mutex g_cupti_mu;
-std::atomic<bool> g_detach{false};
-
+// At a CUDA call's exit (DeviceState::cupti_mu and ::detach say why).
 void detach_here() {
-  std::unique_lock<std::mutex> lk(g_cupti_mu, std::try_to_lock);
-  if (!lk.owns_lock() || !g_detach.exchange(false)) return;
+  std::unique_lock<std::mutex> lk(g_device.cupti_mu, std::try_to_lock);
+  if (!lk.owns_lock() || !g_device.detach.exchange(false)) return;
   cuptiFinalize();
-  g_sub = nullptr;  // finalizing ends every subscription
+  g_device.sub = nullptr;  // finalizing ends every subscription
 }
-
-// Runtime-API calls that block the host until the GPU catches up (host.h: sync time), by
-// callback id; filled when CUPTI is switched on.
-constexpr int kMaxRuntimeCbid = 1 << 12;
-bool g_sync_cbid[kMaxRuntimeCbid] = {};
-bool g_launch_cbid[kMaxRuntimeCbid] = {};
 
 // ----- CUDA-graph replays: per graph (DLPT_GRAPH_TRACE=graph, `dlpt record`'s default), or per kernel -----
 // CUPTI's per-kernel records cost a graph launch 1-2 us of host time per kernel node: a
@@ -163,13 +222,8 @@ bool g_launch_cbid[kMaxRuntimeCbid] = {};
 // and a replay traced per kernel after replays traced per graph gets stale timestamps on one
 // node (a span as long as the time since the graph's previous such replay), so only the first
 // replay is traced per kernel; its own stale record is repaired (graphs_resolve_locked).
-bool g_graph_level = false;  // DLPT_GRAPH_TRACE=graph
-std::mutex g_graph_mu;
-std::unordered_map<const void*, uint64_t> g_graph_launches;  // graph exec → its replays so far
 thread_local bool t_in_graph_launch = false;  // in the runtime's call, whose driver call is the same launch
 thread_local bool t_graph_traced = false;     // this thread switched graph-level tracing off for its launch
-std::atomic<int64_t> g_graph_toggle_errors{0};
-
 bool graph_launch_cbid(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
     return cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
@@ -178,13 +232,11 @@ bool graph_launch_cbid(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
          (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
 }
 
-std::atomic<bool> g_graph_restore{false};  // graph-level tracing is due back on (graph_launch_exit)
-
 bool graph_trace(bool on) {
 #if defined(DLPT_GRAPH_T)
   CUptiResult r = on ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE)
                      : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
-  if (r != CUPTI_SUCCESS) g_graph_toggle_errors.fetch_add(1, std::memory_order_relaxed);
+  if (r != CUPTI_SUCCESS) g_device.graph_toggle_errors.fetch_add(1, std::memory_order_relaxed);
   return r == CUPTI_SUCCESS;
 #else
   (void)on;
@@ -197,18 +249,18 @@ bool graph_trace(bool on) {
 void graph_launch_exit();
 
 void graph_launch_enter(const CUpti_CallbackData* cb) {
-  if (g_graph_restore.load(std::memory_order_relaxed)) graph_launch_exit();
+  if (g_device.graph_restore.load(std::memory_order_relaxed)) graph_launch_exit();
   if (cb->functionParams == nullptr) return;
   const void* exec = *static_cast<const void* const*>(cb->functionParams);
   uint64_t n;
   {
-    std::lock_guard<std::mutex> lk(g_graph_mu);
-    n = g_graph_launches[exec]++;
+    std::lock_guard<std::mutex> lk(g_device.graph_mu);
+    n = g_device.graph_launches[exec]++;
   }
   if (n > 0) return;
   // Switching off or flushing holds the mutex: this replay is then traced per graph.
-  std::unique_lock<std::mutex> lk(g_cupti_mu, std::try_to_lock);
-  if (lk.owns_lock() && g_device_on.load() && graph_trace(false)) t_graph_traced = true;
+  std::unique_lock<std::mutex> lk(g_device.cupti_mu, std::try_to_lock);
+  if (lk.owns_lock() && g_device.on.load() && graph_trace(false)) t_graph_traced = true;
 }
 
 // After the launch: graph-level tracing back on. Never waits for the mutex (switching off may
@@ -216,21 +268,21 @@ void graph_launch_enter(const CUpti_CallbackData* cb) {
 void graph_launch_exit() {
   if (t_graph_traced) {
     t_graph_traced = false;
-    g_graph_restore.store(true);
+    g_device.graph_restore.store(true);
   }
-  if (!g_graph_restore.load()) return;
-  std::unique_lock<std::mutex> lk(g_cupti_mu, std::try_to_lock);
+  if (!g_device.graph_restore.load()) return;
+  std::unique_lock<std::mutex> lk(g_device.cupti_mu, std::try_to_lock);
   if (!lk.owns_lock()) return;
-  if (g_device_on.load()) graph_trace(true);
-  g_graph_restore.store(false);
+  if (g_device.on.load()) graph_trace(true);
+  g_device.graph_restore.store(false);
 }
 
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
-  bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_sync_cbid[cbid];
-  bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_launch_cbid[cbid];
+  bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_device.sync_cbid[cbid];
+  bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_device.launch_cbid[cbid];
   // A graph replay's outermost launch call (the runtime's, or the driver's called directly).
-  bool graph = launch && g_graph_level && graph_launch_cbid(domain, cbid) &&
+  bool graph = launch && g_device.graph_level && graph_launch_cbid(domain, cbid) &&
                !(domain == CUPTI_CB_DOMAIN_DRIVER_API && t_in_graph_launch);
   if (cb->callbackSite != CUPTI_API_ENTER) {
     if (graph) {
@@ -239,17 +291,17 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     }
     if (sync) sync_exit(tstate());
     // The work is queued once the launch call returns (its time before that is the host's).
-    else if (launch && g_device_on.load(std::memory_order_relaxed)) corr_launched(cb->correlationId, ticks());
-    if (g_detach.load(std::memory_order_relaxed)) detach_here();
+    else if (launch && g_device.on.load(std::memory_order_relaxed)) corr_launched(cb->correlationId, ticks());
+    if (g_device.detach.load(std::memory_order_relaxed)) detach_here();
     return;
   }
-  if (!g_device_on.load(std::memory_order_relaxed)) return;
+  if (!g_device.on.load(std::memory_order_relaxed)) return;
   if (graph) {
     t_in_graph_launch = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     graph_launch_enter(cb);
   }
   // Before this thread's state is read: the program's first GPU work starts the phase it belongs to.
-  if (launch && g_phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
+  if (launch && g_trie.phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
   ThreadState& ts = tstate();
   int64_t node = launch_node(ts);
   if (launch) {
@@ -271,18 +323,18 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 int64_t record_node(uint32_t corr, int64_t* launched) {
   int64_t tick = 0;
   int64_t n = corr_get(corr, &tick);
-  *launched = tick != 0 ? g_ns0 + int64_t(double(tick - g_tick0) * g_buffer_rate) + g_cupti_offset : 0;
+  *launched = tick != 0 ? g_collector.ns0 + int64_t(double(tick - g_collector.tick0) * g_device.buffer_rate) + g_device.cupti_offset : 0;
   if (n >= 0) return n;
-  g_unlinked.fetch_add(1, std::memory_order_relaxed);
-  if (g_no_launch_node < 0) {
-    std::lock_guard<std::mutex> lk(g_mu);
-    g_no_launch_node = intern_node_locked(0, N_UNATTR, intern_name_locked("no launch record"), 0);
+  g_device.unlinked.fetch_add(1, std::memory_order_relaxed);
+  if (g_device.no_launch_node < 0) {
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    g_device.no_launch_node = intern_node_locked(0, N_UNATTR, intern_name_locked("no launch record"), 0);
   }
-  return g_no_launch_node;
+  return g_device.no_launch_node;
 }
 
 int64_t name_idx(const std::string& s) {
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(g_trie.mu);
   return intern_name_locked(s);
 }
 
@@ -302,42 +354,13 @@ void add_copy(const Copy* m) {
   busy_add(m->deviceId, start, end, launched);
 }
 
-// What the replays traced per kernel measured, per graph, and the replays traced per graph, per
-// (node, graph); all under g_leaf_mu, filled by buffer_completed.
-struct MixPart {
-  int64_t count = 0, total = 0, bytes = 0, minv = INT64_MAX, maxv = 0;
-};
-struct GraphMix {
-  std::unordered_map<int64_t, MixPart> parts;  // name index * 8 + activity kind →
-  int64_t total = 0;                          // the parts' time
-};
-struct TracedRecord {
-  int64_t node, name, start, end, bytes, device, stream, launched;
-  int32_t kind;
-};
-struct TracedReplay {
-  uint32_t graph = 0;
-  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end (once resolved)
-  bool resolved = false;
-  std::vector<TracedRecord> records;  // until resolved (graphs_resolve_locked)
-};
-struct GraphReplays {
-  int64_t count = 0, total = 0, minv = INT64_MAX, maxv = 0, device = 0, stream = 0;
-};
-std::unordered_map<uint32_t, GraphMix> g_mix;           // graph id →
-std::unordered_map<uint32_t, TracedReplay> g_sampled;   // correlation id of a replay traced per kernel →
-std::map<std::pair<int64_t, uint32_t>, GraphReplays> g_graph_replays;  // (node, graph id) →
-int64_t g_graph_records = 0;
-int64_t g_graph_repaired = 0;  // traced replays whose first record's end was stale (graphs_resolve_locked)
-int64_t g_untraced_name = -1;  // "CUDA graph replay (no replay traced per kernel)"
-
 void graphs_clear_locked() {
-  g_mix.clear();
-  g_sampled.clear();
-  g_graph_replays.clear();
-  g_graph_records = 0;
-  g_graph_repaired = 0;
-  g_untraced_name = -1;
+  g_device.mix.clear();
+  g_device.sampled.clear();
+  g_device.graph_replays.clear();
+  g_device.graph_records = 0;
+  g_device.graph_repaired = 0;
+  g_device.untraced_name = -1;
   // The replay counts stay: a graph replayed in an earlier `--steps` window is not traced per
   // kernel again (such a replay's timestamps are not exact, see above); its replays then keep one
   // leaf each, at their line.
@@ -347,8 +370,8 @@ void graphs_clear_locked() {
 // replay until graphs_resolve_locked can judge its timestamps. False: not such a record.
 bool traced_add(uint32_t graph, uint32_t corr, int64_t node, int64_t name, int32_t kind, int64_t start, int64_t end,
                 int64_t bytes, int64_t device, int64_t stream, int64_t launched) {
-  if (graph == 0 || !g_graph_level) return false;
-  TracedReplay& r = g_sampled[corr];
+  if (graph == 0 || !g_device.graph_level) return false;
+  TracedReplay& r = g_device.sampled[corr];
   r.graph = graph;
   r.records.push_back(TracedRecord{node, name, start, end, bytes, device, stream, launched, kind});
   return true;
@@ -367,12 +390,12 @@ bool traced_add(uint32_t graph, uint32_t corr, int64_t node, int64_t name, int32
 // graph arrived, or at the end (`final`), when a graph replayed once keeps its records as they are.
 void graphs_resolve_locked(bool final) {
   std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;  // graph → (replays, span), per graph
-  for (const auto& kv : g_graph_replays) {
+  for (const auto& kv : g_device.graph_replays) {
     auto& t = spans[kv.first.second];
     t.first += kv.second.count;
     t.second += kv.second.total;
   }
-  for (auto& kv : g_sampled) {
+  for (auto& kv : g_device.sampled) {
     TracedReplay& r = kv.second;
     if (r.resolved || r.records.empty()) continue;
     auto sp = spans.find(r.graph);
@@ -401,9 +424,9 @@ void graphs_resolve_locked(bool final) {
       }
       v[0].end = rest0 - gap;
       v[0].start = v[0].end - est;
-      ++g_graph_repaired;
+      ++g_device.graph_repaired;
     }
-    GraphMix& mix = g_mix[r.graph];
+    GraphMix& mix = g_device.mix[r.graph];
     for (const TracedRecord& x : v) {
       int64_t dur = x.end - x.start;
       add_leaf_locked(x.node, x.kind, x.name, dur, x.bytes, x.device, x.stream);
@@ -425,14 +448,14 @@ void graphs_resolve_locked(bool final) {
 
 // The leaf at (node, name, kind), made empty if there is none yet. The converter reads leaves as
 // an append-only list (a row keeps its place from snapshot to snapshot), so the leaves that
-// replays traced per graph add to are made here, once, in g_leaves.
+// replays traced per graph add to are made here, once, in g_device.leaves.
 size_t leaf_at_locked(int64_t node, int64_t name, int32_t kind, int64_t device, int64_t stream) {
   LeafKey k{node, name, kind};
-  auto it = g_leaf_idx.find(k);
-  if (it != g_leaf_idx.end()) return size_t(it->second);
-  g_leaf_idx.emplace(k, int64_t(g_leaves.size()));
-  g_leaves.push_back(Leaf{node, name, 0, 0, INT64_MAX, 0, 0, device, stream, kind});
-  return g_leaves.size() - 1;
+  auto it = g_device.leaf_idx.find(k);
+  if (it != g_device.leaf_idx.end()) return size_t(it->second);
+  g_device.leaf_idx.emplace(k, int64_t(g_device.leaves.size()));
+  g_device.leaves.push_back(Leaf{node, name, 0, 0, INT64_MAX, 0, 0, device, stream, kind});
+  return g_device.leaves.size() - 1;
 }
 
 // The leaves with every replay traced per graph spread over its graph's kernels: each part gets
@@ -441,7 +464,7 @@ size_t leaf_at_locked(int64_t node, int64_t name, int32_t kind, int64_t device, 
 // kernels per traced replay. A graph with no replay traced per kernel keeps one leaf.
 std::vector<Leaf> graph_leaves_locked() {
   std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> traced;  // graph → (replays, span)
-  for (const auto& kv : g_sampled) {
+  for (const auto& kv : g_device.sampled) {
     if (!kv.second.resolved) continue;
     auto& t = traced[kv.second.graph];
     t.first += 1;
@@ -452,14 +475,14 @@ std::vector<Leaf> graph_leaves_locked() {
     int64_t count, total, minv, maxv, bytes;
   };
   std::vector<Add> adds;
-  for (const auto& kv : g_graph_replays) {
+  for (const auto& kv : g_device.graph_replays) {
     int64_t node = kv.first.first;
     const GraphReplays& g = kv.second;
-    auto mix = g_mix.find(kv.first.second);
+    auto mix = g_device.mix.find(kv.first.second);
     auto tr = traced.find(kv.first.second);
-    if (mix == g_mix.end() || tr == traced.end() || mix->second.total <= 0 || tr->second.second <= 0) {
-      if (g_untraced_name >= 0)
-        adds.push_back(Add{leaf_at_locked(node, g_untraced_name, A_KERNEL, g.device, g.stream), g.count, g.total, g.minv,
+    if (mix == g_device.mix.end() || tr == traced.end() || mix->second.total <= 0 || tr->second.second <= 0) {
+      if (g_device.untraced_name >= 0)
+        adds.push_back(Add{leaf_at_locked(node, g_device.untraced_name, A_KERNEL, g.device, g.stream), g.count, g.total, g.minv,
                            g.maxv, 0});
       continue;
     }
@@ -474,7 +497,7 @@ std::vector<Leaf> graph_leaves_locked() {
                          int64_t(double(g.count) * double(p.bytes) / replays + 0.5)});
     }
   }
-  std::vector<Leaf> out = g_leaves;
+  std::vector<Leaf> out = g_device.leaves;
   for (const Add& a : adds) {
     Leaf& l = out[a.at];
     l.count += a.count;
@@ -490,8 +513,8 @@ std::vector<Leaf> graph_leaves_locked() {
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
-  g_buffer_rate = ns_per_tick();  // launch times are in ticks: one conversion rate per buffer
-  std::lock_guard<std::mutex> lk(g_leaf_mu);
+  g_device.buffer_rate = ns_per_tick();  // launch times are in ticks: one conversion rate per buffer
+  std::lock_guard<std::mutex> lk(g_device.leaf_mu);
   while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     switch (rec->kind) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
@@ -500,8 +523,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         int64_t name;
         bool coll;
         const char* kn = k->name;  // a packed struct's field: copied, not bound
-        auto it = g_kernel_name_cache.find(kn);
-        if (it != g_kernel_name_cache.end()) {
+        auto it = g_device.kernel_name_cache.find(kn);
+        if (it != g_device.kernel_name_cache.end()) {
           name = it->second.first;
           coll = it->second.second;
         } else {
@@ -516,7 +539,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                  std::strstr(shown, "SendRecv") == nullptr && std::strstr(shown, "_Send") == nullptr &&
                  std::strstr(shown, "_Recv") == nullptr;
           std::free(dm);
-          g_kernel_name_cache.emplace(kn, std::make_pair(name, coll));
+          g_device.kernel_name_cache.emplace(kn, std::make_pair(name, coll));
         }
         int64_t launched;
         int64_t node = record_node(k->correlationId, &launched);
@@ -557,14 +580,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         int64_t launched;
         int64_t node = record_node(g->correlationId, &launched);
         int64_t dur = int64_t(g->end - g->start);
-        GraphReplays& r = g_graph_replays[{node, g->graphId}];
+        GraphReplays& r = g_device.graph_replays[{node, g->graphId}];
         r.count += 1;
         r.total += dur;
         r.minv = std::min(r.minv, dur);
         r.maxv = std::max(r.maxv, dur);
         r.device = g->deviceId;
         r.stream = g->streamId;
-        ++g_graph_records;
+        ++g_device.graph_records;
         busy_add(g->deviceId, int64_t(g->start), int64_t(g->end), launched);
         break;
       }
@@ -572,9 +595,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       default:
         break;
     }
-    g_records.fetch_add(1, std::memory_order_relaxed);
+    g_device.records.fetch_add(1, std::memory_order_relaxed);
   }
-  if (g_graph_level) graphs_resolve_locked(false);
+  if (g_device.graph_level) graphs_resolve_locked(false);
   std::free(buffer);
 }
 
@@ -615,30 +638,30 @@ std::string cupti_err(const char* what, CUptiResult r) {
 
 // Subscribe to the launch/copy/memset entry points and enable the activity kinds; "" or why not.
 std::string device_on() {
-  std::lock_guard<std::mutex> lk(g_cupti_mu);
-  g_detach.store(false);  // still attached: keep it so
-  if (g_sub == nullptr && !g_diag_no_callbacks) {
-    CUptiResult r = cuptiSubscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(on_api), nullptr);
+  std::lock_guard<std::mutex> lk(g_device.cupti_mu);
+  g_device.detach.store(false);  // still attached: keep it so
+  if (g_device.sub == nullptr && !g_collector.diag.no_callbacks) {
+    CUptiResult r = cuptiSubscribe(&g_device.sub, reinterpret_cast<CUpti_CallbackFunc>(on_api), nullptr);
     if (r != CUPTI_SUCCESS) {
-      g_sub = nullptr;
+      g_device.sub = nullptr;
       return cupti_err("cuptiSubscribe", r);
     }
     struct { CUpti_CallbackDomain d; int n; } doms[] = {{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE},
                                                          {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE}};
     for (auto& dm : doms)
-      for (int cbid = 1; cbid < dm.n && !(g_diag_no_driver && dm.d == CUPTI_CB_DOMAIN_DRIVER_API); ++cbid) {
+      for (int cbid = 1; cbid < dm.n && !(g_collector.diag.no_driver && dm.d == CUPTI_CB_DOMAIN_DRIVER_API); ++cbid) {
         const char* nm = nullptr;
         if (cuptiGetCallbackName(dm.d, CUpti_CallbackId(cbid), &nm) != CUPTI_SUCCESS) continue;
         bool launch = wanted(dm.d, nm);
-        bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm) && !g_diag_no_waits;
+        bool sync = dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid && is_sync(nm) && !g_collector.diag.no_waits;
         if (dm.d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < kMaxRuntimeCbid) {
-          g_launch_cbid[cbid] = launch;
-          g_sync_cbid[cbid] = sync;
+          g_device.launch_cbid[cbid] = launch;
+          g_device.sync_cbid[cbid] = sync;
         }
-        if (launch || sync) cuptiEnableCallback(1, g_sub, dm.d, CUpti_CallbackId(cbid));
+        if (launch || sync) cuptiEnableCallback(1, g_device.sub, dm.d, CUpti_CallbackId(cbid));
       }
   }
-  g_device_on.store(true);
+  g_device.on.store(true);
   {
     // CUPTI's clock against the steady clock, for laying host samples over GPU intervals: the
     // closest pair of three reads.
@@ -650,26 +673,26 @@ std::string device_on() {
       int64_t b = steady_ns();
       if (b - a < best) {
         best = b - a;
-        g_cupti_offset = int64_t(c) - (a + (b - a) / 2);
+        g_device.cupti_offset = int64_t(c) - (a + (b - a) / 2);
       }
     }
   }
-  if (g_diag_no_activities) return "";
+  if (g_collector.diag.no_activities) return "";
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);
 #if defined(DLPT_GRAPH_T)
   const char* mode = std::getenv("DLPT_GRAPH_TRACE");
-  g_graph_level = mode != nullptr && std::string(mode) == "graph";
-  if (g_graph_level) {
+  g_device.graph_level = mode != nullptr && std::string(mode) == "graph";
+  if (g_device.graph_level) {
     {
-      std::lock_guard<std::mutex> lk(g_leaf_mu);
-      g_untraced_name = name_idx("CUDA graph replay (no replay of it traced per kernel)");
+      std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+      g_device.untraced_name = name_idx("CUDA graph replay (no replay of it traced per kernel)");
     }
-    if (!graph_trace(true)) g_graph_level = false;  // then per kernel, as CUPTI does by default
+    if (!graph_trace(true)) g_device.graph_level = false;  // then per kernel, as CUPTI does by default
   }
 #endif
   for (auto k : kKinds) {
-    if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_diag_no_kernels) continue;
+    if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_collector.diag.no_kernels) continue;
     r = cuptiActivityEnable(k);
     if (r != CUPTI_SUCCESS && k != CUPTI_ACTIVITY_KIND_MEMCPY2) return cupti_err("cuptiActivityEnable", r);
   }
@@ -681,24 +704,24 @@ std::string device_on() {
 void device_flush(bool forced) { cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0); }
 
 void device_off() {
-  std::lock_guard<std::mutex> lk(g_cupti_mu);
-  if (!g_device_on.exchange(false)) return;
+  std::lock_guard<std::mutex> lk(g_device.cupti_mu);
+  if (!g_device.on.exchange(false)) return;
   device_flush(true);
   for (auto k : kKinds) cuptiActivityDisable(k);
-  if (g_graph_level) graph_trace(false);
-  g_graph_restore.store(false);
+  if (g_device.graph_level) graph_trace(false);
+  g_device.graph_restore.store(false);
   device_flush(true);
-  if (g_graph_level) {
-    std::lock_guard<std::mutex> lk2(g_leaf_mu);
+  if (g_device.graph_level) {
+    std::lock_guard<std::mutex> lk2(g_device.leaf_mu);
     graphs_resolve_locked(true);  // a graph replayed once: its records as they are
   }
-  if (g_sub != nullptr) g_detach.store(true);  // at the next CUDA call's exit (see on_api)
+  if (g_device.sub != nullptr) g_device.detach.store(true);  // at the next CUDA call's exit (see on_api)
 }
 
 // A snapshot's flush of the buffers filled so far, unless switched off meanwhile.
 void device_flush_if_on(bool forced) {
-  std::lock_guard<std::mutex> lk(g_cupti_mu);
-  if (g_device_on.load()) device_flush(forced);
+  std::lock_guard<std::mutex> lk(g_device.cupti_mu);
+  if (g_device.on.load()) device_flush(forced);
 }
 #endif  // DLPT_CUPTI
 

@@ -1,7 +1,10 @@
 // dlpt collector: reading the calling thread's Python frames.
 // Without the GIL on 3.11/3.12 (collector.cpp says why that is safe).
-// Part of collector.cpp (one translation unit): included there, in this order.
 #pragma once
+
+#include "common.h"  // first: Python.h before any other header
+
+#include "trie.h"
 
 namespace {
 
@@ -11,22 +14,22 @@ namespace {
 // thread holds it while this runs. The GIL is taken for the reference (first sight only).
 int64_t intern_code(PyObject* code) {
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    auto it = g_code_idx.find(code);
-    if (it != g_code_idx.end()) return it->second;
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    auto it = g_trie.code_idx.find(code);
+    if (it != g_trie.code_idx.end()) return it->second;
   }
   PyGILState_STATE g = PyGILState_Ensure();
   int64_t i;
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    auto it = g_code_idx.find(code);
-    if (it != g_code_idx.end()) {
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    auto it = g_trie.code_idx.find(code);
+    if (it != g_trie.code_idx.end()) {
       i = it->second;
     } else {
       Py_INCREF(code);
-      i = int64_t(g_codes.size());
-      g_codes.push_back(code);
-      g_code_idx.emplace(code, i);
+      i = int64_t(g_trie.codes.size());
+      g_trie.codes.push_back(code);
+      g_trie.code_idx.emplace(code, i);
     }
   }
   PyGILState_Release(g);
@@ -91,8 +94,8 @@ int64_t frame_node(ThreadState& ts, int64_t parent, PyObject* code, int64_t last
 
 int64_t thread_base(ThreadState& ts, PyThreadState* t) {
   if (ts.base >= 0) return ts.base;
-  int64_t phase = g_phase_node.load(std::memory_order_acquire);  // the root with phases off
-  if (t != nullptr && t == g_main_tstate) {
+  int64_t phase = g_trie.phase_node.load(std::memory_order_acquire);  // the root with phases off
+  if (t != nullptr && t == g_collector.main_tstate) {
     ts.base = phase;
   } else {
     // A thread dlpt did not see start (started before recording, a C++ thread): its own root.
@@ -130,7 +133,7 @@ struct FrameReadGuard {
   PyGILState_STATE state{};
   FrameReadGuard() {
 #if defined(DLPT_INTERNAL_FRAMES)
-    gil = g_gil_frames.load(std::memory_order_relaxed);
+    gil = g_collector.gil_frames.load(std::memory_order_relaxed);
 #else
     gil = true;
 #endif
@@ -232,8 +235,8 @@ int64_t context(ThreadState& ts, PyThreadState* t) {
       last[j] = e;
       ts.last_nodes[j] = node;  // a frame that does not run keeps its caller's node
     }
-    if (t != g_main_tstate && no_running_frame(w, n)) {
-      int64_t b = g_backward_ctx.load(std::memory_order_relaxed);  // see below
+    if (t != g_collector.main_tstate && no_running_frame(w, n)) {
+      int64_t b = g_collector.backward_ctx.load(std::memory_order_relaxed);  // see below
       if (b >= 0) return b;
     }
     return node;
@@ -261,10 +264,10 @@ int64_t context(ThreadState& ts, PyThreadState* t) {
     ts.last[size_t(j)] = std::make_tuple(ts.walk_frames[size_t(i)], ts.walk[size_t(i)].first, ts.walk[size_t(i)].second);
     ts.last_nodes[size_t(j)] = node;
   }
-  if (n <= 0 && t != g_main_tstate) {
+  if (n <= 0 && t != g_collector.main_tstate) {
     // A thread with no Python frames of its own — autograd's device threads — works for the
     // `backward()` call that is running, if one is.
-    int64_t b = g_backward_ctx.load(std::memory_order_relaxed);
+    int64_t b = g_collector.backward_ctx.load(std::memory_order_relaxed);
     if (b >= 0) return b;
   }
   return node;
@@ -293,7 +296,7 @@ int64_t op_node(ThreadState& ts, int64_t parent, const char* name) {
   if (it != ts.ops.end()) return it->second;
   int64_t n;
   {
-    std::lock_guard<std::mutex> lk(g_mu);
+    std::lock_guard<std::mutex> lk(g_trie.mu);
     n = intern_node_locked(parent, N_OP, intern_name_locked(s), 0);
   }
   ts.ops.emplace(k, n);
@@ -317,7 +320,7 @@ int64_t backward_marker(ThreadState& ts, int64_t parent) {
 int64_t backward_parent(ThreadState& ts, uint64_t tid, int64_t seq) {
   int64_t fwd = seq_lookup(tid, seq);
   if (fwd < 0 && !ts.stack.empty() && ts.stack.back().node >= 0) fwd = ts.stack.back().node;
-  if (fwd < 0) fwd = ts.bw_calls.empty() ? g_backward_ctx.load(std::memory_order_relaxed) : ts.bw_calls.back().here;
+  if (fwd < 0) fwd = ts.bw_calls.empty() ? g_collector.backward_ctx.load(std::memory_order_relaxed) : ts.bw_calls.back().here;
   if (fwd < 0) fwd = context(ts);
   return backward_marker(ts, fwd);
 }

@@ -1,7 +1,5 @@
 // dlpt collector: why the GPU waits — host time by line (a sampler), host time blocked in CUDA
 // synchronisation (sync time), and the GPU's busy intervals that make its idle time.
-// Part of collector.cpp (one translation unit): included there after autograd.h, before device.h.
-//
 // Host time. The op callback sees the program only when it calls torch; a pure-Python loop, a
 // `time.sleep` or a data loader's wait never reach it. So a sampler thread wakes every `period`
 // (1 ms by default, pyinstrument's interval; jittered ±25% so that a loop of a period's multiple
@@ -29,9 +27,16 @@
 // that thread would get: the op under the blocking line.
 #pragma once
 
+#include "common.h"  // first: Python.h before any other header
+
 #include <condition_variable>
 #include <thread>
 #include <unordered_set>
+
+#include "device.h"  // the leaves' lock, which the busy intervals share
+#include "frames.h"
+#include "peek.h"
+#include "trie.h"
 
 namespace {
 
@@ -43,57 +48,12 @@ struct HostRun {  // a thread's current interval
   int64_t node = -1, start = 0, sync = 0;
 };
 
-std::mutex g_host_mu;  // guards everything below that the sampler, callbacks and snapshot share
-std::unordered_map<int64_t, int64_t> g_host_ns;  // node → host time (ns)
-std::unordered_map<int64_t, int64_t> g_sync_ns;  // node → sync time (ns)
-std::vector<HostInterval> g_intervals;
-std::unordered_map<int64_t, HostRun> g_runs;  // thread id → its open interval
-std::unordered_set<int64_t> g_ignored_tids;   // dlpt's own Python threads (the snapshot writer)
-std::atomic<int64_t> g_samples{0}, g_sample_waits{0};
-int64_t g_window_start = 0, g_window_end = 0;  // steady clock (ns)
-std::atomic<bool> g_window_open{false};
-bool g_keep_intervals = false;
-
 // GPU busy intervals per device (CUPTI's clock), appended by the activity buffers and merged
 // in place now and then, so they cost the size of their union, not one entry per kernel.
 struct Busy {
   std::vector<std::pair<int64_t, int64_t>> iv;
   size_t merged = 0;  // iv[0, merged) is sorted and disjoint
 };
-std::unordered_map<int64_t, Busy> g_busy;  // under g_leaf_mu (device.h) with the leaves
-// When the GPU had work queued: from each kernel's, copy's and memset's launch (the host's call)
-// to its start. Idle inside these is not the host's doing — launch latency, a graph replay's
-// nodes one after another, a profiler's records — and dlpt/idle.py keeps it apart. Merged like busy.
-std::unordered_map<int64_t, Busy> g_ready;  // under g_leaf_mu
-
-void busy_merge(Busy& b) {
-  if (b.merged == b.iv.size()) return;
-  std::sort(b.iv.begin(), b.iv.end());
-  size_t w = 0;
-  for (size_t r = 0; r < b.iv.size(); ++r) {
-    if (w > 0 && b.iv[r].first <= b.iv[w - 1].second) {
-      if (b.iv[r].second > b.iv[w - 1].second) b.iv[w - 1].second = b.iv[r].second;
-    } else {
-      b.iv[w++] = b.iv[r];
-    }
-  }
-  b.iv.resize(w);
-  b.merged = w;
-}
-
-void interval_add(Busy& b, int64_t start, int64_t end) {
-  b.iv.emplace_back(start, end);
-  if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
-}
-
-// Caller holds g_leaf_mu. `launched`: when the host launched it (CUPTI's clock; 0: unknown).
-void busy_add(int64_t device, int64_t start, int64_t end, int64_t launched) {
-  if (end <= start || g_diag_no_waits) return;
-  interval_add(g_busy[device], start, end);
-  if (launched > 0 && launched < start) interval_add(g_ready[device], launched, start);
-}
-
-// ----- collective calls and kernels (the op callback, collector.cpp; device.h) -----
 
 struct CollCall {
   int64_t node, t0, t1;
@@ -107,7 +67,7 @@ struct CollColumns {
 
 // One log of collective entries: few (a step's buckets), and each one's start is what tells
 // which rank the others wait for (dlpt/commwait.py), so they are kept one by one. Its own mutex:
-// the activity thread holds g_leaf_mu when it logs a kernel.
+// the activity thread holds g_device.leaf_mu when it logs a kernel.
 struct CollLog {
   std::mutex mu;
   std::vector<CollCall> calls;
@@ -138,15 +98,107 @@ struct CollLog {
   }
 };
 
-// Collective ops' calls (`c10d::…`), in TSC ticks.
-CollLog g_coll;
-// Collective kernels (NCCL's, device.h), in CUPTI's clock: where RecordFunction is off (the
-// backward pass of a GPU recording, where DDP's buckets are all-reduced) their ops are not seen,
-// and on the GPU a kernel's start is the rank's arrival, better than the host's call.
-CollLog g_coll_k;
+// A code the sampler found the main thread running and could not place: its pointer, its frame's
+// globals and the code of the frame that called it (interned), as the copy had them.
+struct UnknownCode {
+  PyObject *code, *globals, *caller;
+};
 
-void collective_log(int64_t node, int64_t t0, int64_t t1) { g_coll.add(node, t0, t1); }
-void collective_kernel_log(int64_t node, int64_t start, int64_t end) { g_coll_k.add(node, start, end); }
+// The host side's state: host and sync time and their intervals, the GPU's busy and queued
+// intervals, collective calls, and the sampler's threads and caches (the one instance, g_host,
+// is at static storage).
+struct HostState {
+  std::mutex mu;  // guards what the sampler, callbacks and snapshot share: from here to keep_intervals
+  std::unordered_map<int64_t, int64_t> host_ns;  // node → host time (ns)
+  std::unordered_map<int64_t, int64_t> sync_ns;  // node → sync time (ns)
+  std::vector<HostInterval> intervals;
+  std::unordered_map<int64_t, HostRun> runs;  // thread id → its open interval
+  std::unordered_set<int64_t> ignored_tids;   // dlpt's own Python threads (the snapshot writer)
+  std::atomic<int64_t> samples{0}, sample_waits{0};
+  int64_t window_start = 0, window_end = 0;  // steady clock (ns)
+  std::atomic<bool> window_open{false};
+  bool keep_intervals = false;
+
+  // GPU busy intervals (Busy, above).
+  std::unordered_map<int64_t, Busy> busy;  // under g_device.leaf_mu (device.h) with the leaves
+  // When the GPU had work queued: from each kernel's, copy's and memset's launch (the host's call)
+  // to its start. Idle inside these is not the host's doing — launch latency, a graph replay's
+  // nodes one after another, a profiler's records — and dlpt/idle.py keeps it apart. Merged like busy.
+  std::unordered_map<int64_t, Busy> ready;  // under g_device.leaf_mu
+
+  // Collective ops' calls (`c10d::…`), in TSC ticks.
+  CollLog coll;
+  // Collective kernels (NCCL's, device.h), in CUPTI's clock: where RecordFunction is off (the
+  // backward pass of a GPU recording, where DDP's buckets are all-reduced) their ops are not seen,
+  // and on the GPU a kernel's start is the rank's arrival, better than the host's call.
+  CollLog coll_k;
+
+  // The sampler (below).
+  std::thread* sampler = nullptr;
+  std::mutex sampler_mu;
+  std::condition_variable sampler_cv;
+  bool sampler_stop = false;
+  int64_t sample_period_ns = 1000000;
+  ThreadState* sampler_ts = nullptr;  // the sampler's own frame caches (not a thread of the program)
+
+  // The main thread's ticks without the GIL and the other threads' reads (see "The recording's
+  // main thread is read without the GIL" below), and the GIL worker.
+  std::atomic<bool> peek_on{false};       // the main thread is read without the GIL
+  std::atomic<bool> main_op{false};       // the main thread entered an op since the last tick
+  std::atomic<bool> others_seen{true};     // the last read found program threads besides the main one
+  std::atomic<bool> others_launch{false};  // ... and one of them had launched GPU work
+  std::atomic<int64_t> peek_samples{0}, peek_skips{0};
+  int64_t main_last = 0;    // the main thread's last sample (steady ns), under mu
+  int64_t others_last = 0;  // the other threads' last read, likewise
+  int64_t main_tid = 0;
+  std::thread* gil_worker = nullptr;
+  std::condition_variable gil_cv;  // with sampler_mu
+  int gil_req = 0;                 // under sampler_mu
+  std::vector<UnknownCode> unknown;  // under sampler_mu: for the GIL worker
+
+  // The main thread's ThreadState, once it has one (it has entered an op): its sync state.
+  ThreadState* main_state = nullptr;  // the sampler's
+  ThreadState* peek_ts = nullptr;     // the sampler's frame caches for peeks
+  std::unordered_set<PyObject*> asked;  // the sampler's: unknown codes handed to the GIL worker once
+#if defined(DLPT_INTERNAL_FRAMES)
+  Peek peek;  // how the main thread's memory is read, and the copy of its stack (peek.h)
+  std::vector<_PyInterpreterFrame> peek_copies;  // the sampler's scratch
+  std::vector<const void*> peek_at;
+#endif
+};
+HostState g_host;
+
+void busy_merge(Busy& b) {
+  if (b.merged == b.iv.size()) return;
+  std::sort(b.iv.begin(), b.iv.end());
+  size_t w = 0;
+  for (size_t r = 0; r < b.iv.size(); ++r) {
+    if (w > 0 && b.iv[r].first <= b.iv[w - 1].second) {
+      if (b.iv[r].second > b.iv[w - 1].second) b.iv[w - 1].second = b.iv[r].second;
+    } else {
+      b.iv[w++] = b.iv[r];
+    }
+  }
+  b.iv.resize(w);
+  b.merged = w;
+}
+
+void interval_add(Busy& b, int64_t start, int64_t end) {
+  b.iv.emplace_back(start, end);
+  if (b.iv.size() >= 2 * b.merged + 65536) busy_merge(b);
+}
+
+// Caller holds g_device.leaf_mu. `launched`: when the host launched it (CUPTI's clock; 0: unknown).
+void busy_add(int64_t device, int64_t start, int64_t end, int64_t launched) {
+  if (end <= start || g_collector.diag.no_waits) return;
+  interval_add(g_host.busy[device], start, end);
+  if (launched > 0 && launched < start) interval_add(g_host.ready[device], launched, start);
+}
+
+// ----- collective calls and kernels (the op callback, collector.cpp; device.h) -----
+
+void collective_log(int64_t node, int64_t t0, int64_t t1) { g_host.coll.add(node, t0, t1); }
+void collective_kernel_log(int64_t node, int64_t start, int64_t end) { g_host.coll_k.add(node, start, end); }
 
 // ----- sync time (CUPTI runtime-API callbacks, device.h) -----
 
@@ -162,24 +214,17 @@ void sync_exit(ThreadState& ts) {
   int64_t end = steady_ns(), dur = end - ts.sync_t0;
   ts.sync_edge.store(end, std::memory_order_relaxed);
   ts.in_sync.store(0, std::memory_order_relaxed);
-  if (ts.sync_node < 0 || ts.epoch != g_epoch.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  g_sync_ns[ts.sync_node] += dur;
+  if (ts.sync_node < 0 || ts.epoch != g_trie.epoch.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lk(g_host.mu);
+  g_host.sync_ns[ts.sync_node] += dur;
 }
 
 // ----- the sampler -----
 
-std::thread* g_sampler = nullptr;
-std::mutex g_sampler_mu;
-std::condition_variable g_sampler_cv;
-bool g_sampler_stop = false;
-int64_t g_sample_period_ns = 1000000;
-ThreadState* g_sampler_ts = nullptr;  // the sampler's own frame caches (not a thread of the program)
-
 // The ThreadState of the program thread with this PyThreadState, if it ever entered an op.
 ThreadState* state_of(PyThreadState* t) {
-  std::lock_guard<std::mutex> lk(g_threads_mu);
-  for (ThreadState* s : g_threads)
+  std::lock_guard<std::mutex> lk(g_trie.threads_mu);
+  for (ThreadState* s : g_trie.threads)
     if (s->py == t) return s;
   return nullptr;
 }
@@ -188,18 +233,18 @@ ThreadState* state_of(PyThreadState* t) {
 // root, the [thread] node of a thread dlpt saw start (its outermost `cut` frames are dlpt's
 // wrapper), else a root of its own; -1 for a thread with no Python frames.
 int64_t sample_node(PyThreadState* t, ThreadState* owner, int64_t tid) {
-  ThreadState& s = *g_sampler_ts;
+  ThreadState& s = *g_host.sampler_ts;
   read_frames(s, t);
   int64_t base, cut = 0;
-  uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
-  int64_t phase = g_phase_node.load(std::memory_order_acquire);
+  uint64_t epoch = g_trie.epoch.load(std::memory_order_relaxed);
+  int64_t phase = g_trie.phase_node.load(std::memory_order_acquire);
   base = -1;
-  if (t == g_main_tstate) {
+  if (t == g_collector.main_tstate) {
     base = phase;
   } else if (owner != nullptr && owner->epoch == epoch && owner->base >= 0) {
     // A base from an earlier phase (the thread has entered no op since the change) is derived
     // again for this one, as the thread itself will do (trie.h, tstate).
-    base = owner->phase_gen == g_phase_gen.load(std::memory_order_acquire) ? owner->base : base_in_phase(owner->base);
+    base = owner->phase_gen == g_trie.phase_gen.load(std::memory_order_acquire) ? owner->base : base_in_phase(owner->base);
     cut = owner->cut;
   }
   if (base < 0) {
@@ -222,7 +267,7 @@ int64_t thread_id_of(PyThreadState* t) {
 }
 
 // One sample of thread `tid`: `dt` of host time to `node`, and its run-length interval (a new one
-// where the node or the sync state changed). The caller holds g_host_mu.
+// where the node or the sync state changed). The caller holds g_host.mu.
 // Where the thread changed line (or sync state) since its last sample, the change happened
 // somewhere in between: the time up to the midpoint is the last sample's line's, the rest this
 // one's — each sample stands for the stretch around it, which is unbiased whatever the phase of
@@ -234,16 +279,16 @@ int64_t thread_id_of(PyThreadState* t) {
 // after a sync would otherwise take the sync's last, GPU-busy moments for its own GPU-idle ones:
 // measured, a 4 ms sleep after a synchronize lost 11-12% of its idle).
 void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt, int64_t edge = 0) {
-  HostRun& r = g_runs[tid];
+  HostRun& r = g_host.runs[tid];
   int64_t from = now - dt;
   if (r.node >= 0 && (r.node != node || r.sync != sync)) {
     int64_t cut = r.sync != sync && edge > from && edge < now ? edge : from + dt / 2;
-    g_host_ns[r.node] += cut - from;
+    g_host.host_ns[r.node] += cut - from;
     from = cut;
   }
-  g_host_ns[node] += now - from;
+  g_host.host_ns[node] += now - from;
   if (r.node == node && r.sync == sync) return;
-  if (r.node >= 0 && g_keep_intervals) g_intervals.push_back(HostInterval{r.start, from, r.node, tid, r.sync});
+  if (r.node >= 0 && g_host.keep_intervals) g_host.intervals.push_back(HostInterval{r.start, from, r.node, tid, r.sync});
   r.node = node;
   r.sync = sync;
   r.start = from;
@@ -261,7 +306,7 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // the code among its caller's constants and its module's functions (intern_unknown), so later
 // ticks place it; where no frame at all is known (the recording's first instants, a stack deeper
 // than kPeekDepth) the worker's read with the GIL takes the tick, as before. A read that stays torn after its retries
-// is a skipped tick (`g_peek_skips`): the next one carries its time. Reads of the other threads
+// is a skipped tick (`g_host.peek_skips`): the next one carries its time. Reads of the other threads
 // still take the GIL, on a thread of their own (the GIL worker) so that the main thread's ticks
 // never wait for it: every tick while one of them launches GPU work (idle blame lays their
 // intervals over the GPU's gaps) or while the main thread enters no op (its stretches hand the
@@ -273,20 +318,11 @@ void add_sample(int64_t tid, int64_t node, int64_t sync, int64_t now, int64_t dt
 // a loop whose iteration is a multiple of it is not always read at the same line.
 constexpr int64_t kOtherTicks = 4;
 constexpr int64_t kScanTicks = 16;
-std::atomic<bool> g_peek_on{false};       // the main thread is read without the GIL
-std::atomic<bool> g_main_op{false};       // the main thread entered an op since the last tick
-std::atomic<bool> g_others_seen{true};     // the last read found program threads besides the main one
-std::atomic<bool> g_others_launch{false};  // ... and one of them had launched GPU work
-std::atomic<int64_t> g_peek_samples{0}, g_peek_skips{0};
-int64_t g_main_last = 0;    // the main thread's last sample (steady ns), under g_host_mu
-int64_t g_others_last = 0;  // the other threads' last read, likewise
-int64_t g_main_tid = 0;
-
 // From the op callback (collector.cpp), at a top-level op: the main thread runs ops, so the
 // other threads need not be read at every tick (see above). A load, and a store once a tick.
 void host_op_entered(const ThreadState& ts) {
-  if (ts.py == g_main_tstate && !g_main_op.load(std::memory_order_relaxed))
-    g_main_op.store(true, std::memory_order_relaxed);
+  if (ts.py == g_collector.main_tstate && !g_host.main_op.load(std::memory_order_relaxed))
+    g_host.main_op.store(true, std::memory_order_relaxed);
 }
 
 // Reads threads with the GIL held: the main thread where `main`, the others where `others`
@@ -295,15 +331,15 @@ void host_op_entered(const ThreadState& ts) {
 void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
   std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;  // (tid, node, sync, sync edge)
   bool any = false, launching = false;
-  uint64_t epoch = g_epoch.load();
+  uint64_t epoch = g_trie.epoch.load();
   for (PyThreadState* t = PyInterpreterState_ThreadHead(self->interp); t != nullptr; t = PyThreadState_Next(t)) {
-    bool is_main = t == g_main_tstate;
+    bool is_main = t == g_collector.main_tstate;
     if (t == self || (is_main ? !main : !others)) continue;
     int64_t tid = thread_id_of(t);
     ThreadState* owner = state_of(t);
     {
-      std::lock_guard<std::mutex> lk(g_host_mu);
-      if (g_ignored_tids.count(tid)) continue;
+      std::lock_guard<std::mutex> lk(g_host.mu);
+      if (g_host.ignored_tids.count(tid)) continue;
     }
     int64_t node = sample_node(t, owner, tid);
     if (node < 0) continue;
@@ -316,19 +352,19 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
     seen.emplace_back(tid, node, sync, edge);
   }
   if (others) {
-    g_others_seen.store(any);
-    g_others_launch.store(launching);
+    g_host.others_seen.store(any);
+    g_host.others_launch.store(launching);
   }
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (!g_window_open.load()) return;
+  std::lock_guard<std::mutex> lk(g_host.mu);
+  if (!g_host.window_open.load()) return;
   for (auto& [tid, node, sync, edge] : seen) {
-    int64_t d = now - (tid == g_main_tid ? g_main_last : g_others_last);
-    if (tid != g_main_tid && !g_runs.count(tid)) d = std::min(d, g_sample_period_ns);
+    int64_t d = now - (tid == g_host.main_tid ? g_host.main_last : g_host.others_last);
+    if (tid != g_host.main_tid && !g_host.runs.count(tid)) d = std::min(d, g_host.sample_period_ns);
     if (d <= 0) continue;  // the main thread's peek (below) sampled it after this read began
     add_sample(tid, node, sync, now, d, edge);
   }
-  if (main) g_main_last = std::max(g_main_last, now);
-  if (others) g_others_last = now;
+  if (main) g_host.main_last = std::max(g_host.main_last, now);
+  if (others) g_host.others_last = now;
 }
 
 // ----- the main thread's ticks without the GIL (peek.h), and the GIL worker -----
@@ -336,26 +372,16 @@ void sample_threads(PyThreadState* self, int64_t now, bool main, bool others) {
 // What the sampler asks the GIL worker for: the other threads; codes the main thread runs interned
 // (a read that places no time); the main thread read with the GIL, its time included.
 constexpr int kReqOthers = 1, kReqIntern = 2, kReqMain = 4;
-std::thread* g_gil_worker = nullptr;
-std::condition_variable g_gil_cv;  // with g_sampler_mu
-int g_gil_req = 0;                 // under g_sampler_mu
-
-// A code the sampler found the main thread running and could not place: its pointer, its frame's
-// globals and the code of the frame that called it (interned), as the copy had them.
-struct UnknownCode {
-  PyObject *code, *globals, *caller;
-};
-std::vector<UnknownCode> g_unknown;  // under g_sampler_mu: for the GIL worker
 constexpr size_t kMaxUnknown = 64;
 
 void gil_request(int what, const UnknownCode* unknown = nullptr) {
   {
-    std::lock_guard<std::mutex> lk(g_sampler_mu);
-    if (unknown != nullptr && g_unknown.size() < kMaxUnknown) g_unknown.push_back(*unknown);
-    if ((g_gil_req | what) == g_gil_req) return;  // asked already: it is coming
-    g_gil_req |= what;
+    std::lock_guard<std::mutex> lk(g_host.sampler_mu);
+    if (unknown != nullptr && g_host.unknown.size() < kMaxUnknown) g_host.unknown.push_back(*unknown);
+    if ((g_host.gil_req | what) == g_host.gil_req) return;  // asked already: it is coming
+    g_host.gil_req |= what;
   }
-  g_gil_cv.notify_one();
+  g_host.gil_cv.notify_one();
 }
 
 // With the GIL: whether `want` (a pointer from a copy, never dereferenced) is the code of `obj`,
@@ -416,8 +442,8 @@ bool consts_hold(PyObject* code, PyObject* want, int depth) {
 // sees it; found this way, the sampler's later ticks place its lines.
 void intern_unknown(const UnknownCode& u) {
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (g_code_idx.count(u.code) || (u.caller != nullptr && !g_code_idx.count(u.caller))) return;
+    std::lock_guard<std::mutex> lk(g_trie.mu);
+    if (g_trie.code_idx.count(u.code) || (u.caller != nullptr && !g_trie.code_idx.count(u.caller))) return;
   }
   bool found = u.caller != nullptr && consts_hold(u.caller, u.code, 3);
   PyObject* modules = found ? nullptr : PyImport_GetModuleDict();
@@ -444,24 +470,24 @@ void gil_worker_loop() {
   for (;;) {
     int req;
     {
-      std::unique_lock<std::mutex> lk(g_sampler_mu);
-      g_gil_cv.wait(lk, [] { return g_sampler_stop || g_gil_req != 0; });
-      if (g_sampler_stop) break;
-      req = g_gil_req;
-      g_gil_req = 0;
-      unknown.swap(g_unknown);
+      std::unique_lock<std::mutex> lk(g_host.sampler_mu);
+      g_host.gil_cv.wait(lk, [] { return g_host.sampler_stop || g_host.gil_req != 0; });
+      if (g_host.sampler_stop) break;
+      req = g_host.gil_req;
+      g_host.gil_req = 0;
+      unknown.swap(g_host.unknown);
     }
     PyEval_RestoreThread(saved);
-    if (!g_sampler_stop) {
+    if (!g_host.sampler_stop) {
       if ((req & kReqIntern) && !(req & kReqMain)) {
         // The main thread's frames with the GIL: their codes interned and their nodes made, so
         // the sampler's next ticks place them; its time stays with the ticks.
-        sample_node(g_main_tstate, state_of(g_main_tstate), g_main_tid);
+        sample_node(g_collector.main_tstate, state_of(g_collector.main_tstate), g_host.main_tid);
       }
       for (const UnknownCode& u : unknown) intern_unknown(u);
       // A read that takes the GIL reads the other threads along: it costs no more.
       sample_threads(self, steady_ns(), (req & kReqMain) != 0, true);
-      g_samples.fetch_add(1, std::memory_order_relaxed);
+      g_host.samples.fetch_add(1, std::memory_order_relaxed);
     }
     unknown.clear();
     saved = PyEval_SaveThread();
@@ -470,24 +496,15 @@ void gil_worker_loop() {
   PyGILState_Release(g);
 }
 
-// The main thread's ThreadState, once it has one (it has entered an op): its sync state.
-ThreadState* g_main_state = nullptr;  // the sampler's
-ThreadState* g_peek_ts = nullptr;     // the sampler's frame caches for peeks
-std::unordered_set<PyObject*> g_asked;  // the sampler's: unknown codes handed to the GIL worker once
-#if defined(DLPT_INTERNAL_FRAMES)
-std::vector<_PyInterpreterFrame> g_peek_frames;  // the sampler's scratch
-std::vector<const void*> g_peek_at;
-#endif
-
 // One tick of the main thread without the GIL: the time since its last sample to the line it
 // runs now. False where this process cannot read its own memory (the sampler then takes the GIL).
 bool peek_main() {
 #if defined(DLPT_INTERNAL_FRAMES)
   int64_t now = steady_ns();
-  PeekStatus st = peek_frames(g_main_tstate, g_peek_frames, g_peek_at);
+  PeekStatus st = peek_frames(g_host.peek, g_collector.main_tstate, g_host.peek_copies, g_host.peek_at);
   if (st == PEEK_UNAVAILABLE) return false;
   if (st == PEEK_TORN) {  // the next tick carries this one's time
-    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
+    g_host.peek_skips.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   if (st == PEEK_DEEP) {  // past kPeekDepth: the GIL worker's read takes the tick
@@ -496,37 +513,37 @@ bool peek_main() {
   }
   // The main thread's contexts hang from the current phase's node (trie.h); the last walk's
   // nodes are of the phase they were placed in.
-  uint64_t gen = g_phase_gen.load(std::memory_order_acquire);
-  if (g_peek_ts->phase_gen != gen) {
-    g_peek_ts->phase_gen = gen;
-    g_peek_ts->forget_walk();
+  uint64_t gen = g_trie.phase_gen.load(std::memory_order_acquire);
+  if (g_host.peek_ts->phase_gen != gen) {
+    g_host.peek_ts->phase_gen = gen;
+    g_host.peek_ts->forget_walk();
   }
-  int64_t base = g_phase_node.load(std::memory_order_acquire);
-  PeekPlace p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, base);
-  if (p.torn && peek_frames(g_main_tstate, g_peek_frames, g_peek_at) == PEEK_OK)  // once more
-    p = peek_node(*g_peek_ts, g_peek_frames, g_peek_at, base);
+  int64_t base = g_trie.phase_node.load(std::memory_order_acquire);
+  PeekPlace p = peek_node(*g_host.peek_ts, g_host.peek_copies, g_host.peek_at, base);
+  if (p.torn && peek_frames(g_host.peek, g_collector.main_tstate, g_host.peek_copies, g_host.peek_at) == PEEK_OK)  // once more
+    p = peek_node(*g_host.peek_ts, g_host.peek_copies, g_host.peek_at, base);
   if (p.torn) {
-    g_peek_skips.fetch_add(1, std::memory_order_relaxed);
+    g_host.peek_skips.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
   if (p.unknown != nullptr && p.placed == 0) {  // nothing known to place it on: the GIL worker's read
     gil_request(kReqMain);
     return true;
   }
-  if (p.unknown != nullptr && g_asked.insert(p.unknown).second) {
+  if (p.unknown != nullptr && g_host.asked.insert(p.unknown).second) {
     UnknownCode u{p.unknown, p.unknown_globals, p.caller};
     gil_request(kReqIntern, &u);
   }
-  if (g_main_state == nullptr) g_main_state = state_of(g_main_tstate);
-  int64_t sync = g_main_state != nullptr ? g_main_state->in_sync.load(std::memory_order_relaxed) : 0;
-  int64_t edge = g_main_state != nullptr ? g_main_state->sync_edge.load(std::memory_order_relaxed) : 0;
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (!g_window_open.load()) return true;
-  int64_t d = now - g_main_last;
+  if (g_host.main_state == nullptr) g_host.main_state = state_of(g_collector.main_tstate);
+  int64_t sync = g_host.main_state != nullptr ? g_host.main_state->in_sync.load(std::memory_order_relaxed) : 0;
+  int64_t edge = g_host.main_state != nullptr ? g_host.main_state->sync_edge.load(std::memory_order_relaxed) : 0;
+  std::lock_guard<std::mutex> lk(g_host.mu);
+  if (!g_host.window_open.load()) return true;
+  int64_t d = now - g_host.main_last;
   if (d <= 0) return true;  // a read with the GIL sampled it after this tick began
-  if (p.placed > 0) add_sample(g_main_tid, p.node, sync, now, d, edge);
-  g_main_last = now;  // no Python frames (all of them not started): its time is no line's, as with the GIL
-  g_peek_samples.fetch_add(1, std::memory_order_relaxed);
+  if (p.placed > 0) add_sample(g_host.main_tid, p.node, sync, now, d, edge);
+  g_host.main_last = now;  // no Python frames (all of them not started): its time is no line's, as with the GIL
+  g_host.peek_samples.fetch_add(1, std::memory_order_relaxed);
   return true;
 #else
   return false;
@@ -545,31 +562,31 @@ void sampler_loop() {
   auto next = std::chrono::steady_clock::now();
   for (;;) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;  // xorshift64: a jitter of ±25%
-    next += std::chrono::nanoseconds(g_sample_period_ns * 3 / 4 + int64_t(rng % uint64_t(g_sample_period_ns / 2 + 1)));
+    next += std::chrono::nanoseconds(g_host.sample_period_ns * 3 / 4 + int64_t(rng % uint64_t(g_host.sample_period_ns / 2 + 1)));
     {
-      std::unique_lock<std::mutex> lk(g_sampler_mu);
-      if (g_sampler_cv.wait_until(lk, next, [] { return g_sampler_stop; })) break;
+      std::unique_lock<std::mutex> lk(g_host.sampler_mu);
+      if (g_host.sampler_cv.wait_until(lk, next, [] { return g_host.sampler_stop; })) break;
     }
     auto woke = std::chrono::steady_clock::now();
     // Late: the machine's cores were busy (or, reading with the GIL, the last read waited for it).
     // A late tick's time goes to the line it sees, as any tick's.
-    if (woke > next + std::chrono::nanoseconds(g_sample_period_ns / 2))
-      g_sample_waits.fetch_add(1, std::memory_order_relaxed);
-    if (woke > next + std::chrono::nanoseconds(g_sample_period_ns)) next = woke;  // fell behind: no catch-up burst
-    if (g_peek_on.load(std::memory_order_relaxed)) {
+    if (woke > next + std::chrono::nanoseconds(g_host.sample_period_ns / 2))
+      g_host.sample_waits.fetch_add(1, std::memory_order_relaxed);
+    if (woke > next + std::chrono::nanoseconds(g_host.sample_period_ns)) next = woke;  // fell behind: no catch-up burst
+    if (g_host.peek_on.load(std::memory_order_relaxed)) {
       if (peek_main()) {
         ++tick;
-        bool ops = g_main_op.exchange(false, std::memory_order_relaxed);
-        if (!ops || tick % kScanTicks == 0 || g_others_launch.load() || (g_others_seen.load() && tick % kOtherTicks == 0))
+        bool ops = g_host.main_op.exchange(false, std::memory_order_relaxed);
+        if (!ops || tick % kScanTicks == 0 || g_host.others_launch.load() || (g_host.others_seen.load() && tick % kOtherTicks == 0))
           gil_request(kReqOthers);
         continue;
       }
-      g_peek_on.store(false);  // this process cannot read its own memory: the GIL from now on
+      g_host.peek_on.store(false);  // this process cannot read its own memory: the GIL from now on
     }
     PyEval_RestoreThread(saved);
-    if (!g_sampler_stop) {
+    if (!g_host.sampler_stop) {
       sample_threads(self, steady_ns(), true, true);
-      g_samples.fetch_add(1, std::memory_order_relaxed);
+      g_host.samples.fetch_add(1, std::memory_order_relaxed);
     }
     saved = PyEval_SaveThread();
   }
@@ -577,82 +594,82 @@ void sampler_loop() {
   PyGILState_Release(g);
 }
 
-// From start(), with the GIL held (g_main_tstate set): a fresh window, and the sampler unless
+// From start(), with the GIL held (g_collector.main_tstate set): a fresh window, and the sampler unless
 // period is 0.
 void host_start(int64_t period_ns, bool keep_intervals) {
-  bool peek = kPeekBuilt && !g_diag_sampler_gil && g_main_tstate != nullptr;
+  bool peek = kPeekBuilt && !g_collector.diag.sampler_gil && g_collector.main_tstate != nullptr;
   {
-    std::lock_guard<std::mutex> lk(g_host_mu);
-    g_host_ns.clear();
-    g_sync_ns.clear();
-    g_intervals.clear();
-    g_runs.clear();
-    g_keep_intervals = keep_intervals;
-    g_window_start = steady_ns();
-    g_window_end = 0;
-    g_window_open.store(true);
-    g_main_last = g_others_last = g_window_start;
-    g_main_tid = g_main_tstate != nullptr ? thread_id_of(g_main_tstate) : 0;
+    std::lock_guard<std::mutex> lk(g_host.mu);
+    g_host.host_ns.clear();
+    g_host.sync_ns.clear();
+    g_host.intervals.clear();
+    g_host.runs.clear();
+    g_host.keep_intervals = keep_intervals;
+    g_host.window_start = steady_ns();
+    g_host.window_end = 0;
+    g_host.window_open.store(true);
+    g_host.main_last = g_host.others_last = g_host.window_start;
+    g_host.main_tid = g_collector.main_tstate != nullptr ? thread_id_of(g_collector.main_tstate) : 0;
   }
-  g_peek_on.store(peek);
-  g_main_op.store(false);
-  g_others_seen.store(true);
-  g_others_launch.store(false);
+  g_host.peek_on.store(peek);
+  g_host.main_op.store(false);
+  g_host.others_seen.store(true);
+  g_host.others_launch.store(false);
   {
-    std::lock_guard<std::mutex> lk(g_leaf_mu);
-    g_busy.clear();
-    g_ready.clear();
+    std::lock_guard<std::mutex> lk(g_device.leaf_mu);
+    g_host.busy.clear();
+    g_host.ready.clear();
   }
-  g_coll.clear();
-  g_coll_k.clear();
-  g_samples.store(0);
-  g_sample_waits.store(0);
-  g_peek_samples.store(0);
-  g_peek_skips.store(0);
-  if (g_sampler_ts == nullptr) g_sampler_ts = new ThreadState();
-  if (g_peek_ts == nullptr) g_peek_ts = new ThreadState();
-  for (ThreadState* s : {g_sampler_ts, g_peek_ts}) {
+  g_host.coll.clear();
+  g_host.coll_k.clear();
+  g_host.samples.store(0);
+  g_host.sample_waits.store(0);
+  g_host.peek_samples.store(0);
+  g_host.peek_skips.store(0);
+  if (g_host.sampler_ts == nullptr) g_host.sampler_ts = new ThreadState();
+  if (g_host.peek_ts == nullptr) g_host.peek_ts = new ThreadState();
+  for (ThreadState* s : {g_host.sampler_ts, g_host.peek_ts}) {
     s->frames.clear();  // its caches name nodes of the last recording's trie
     s->forget_walk();
-    s->epoch = g_epoch.load();
+    s->epoch = g_trie.epoch.load();
   }
-  g_asked.clear();
+  g_host.asked.clear();
   {
-    std::lock_guard<std::mutex> lk(g_sampler_mu);
-    g_unknown.clear();
+    std::lock_guard<std::mutex> lk(g_host.sampler_mu);
+    g_host.unknown.clear();
   }
-  g_main_state = nullptr;
+  g_host.main_state = nullptr;
 #if defined(DLPT_INTERNAL_FRAMES)
-  peek_reset();
+  peek_reset(g_host.peek);
 #endif
-  if (period_ns <= 0 || g_sampler != nullptr) return;
-  g_sample_period_ns = period_ns;
-  g_sampler_stop = false;
-  g_gil_req = 0;
-  if (peek) g_gil_worker = new std::thread(gil_worker_loop);
-  g_sampler = new std::thread(sampler_loop);
+  if (period_ns <= 0 || g_host.sampler != nullptr) return;
+  g_host.sample_period_ns = period_ns;
+  g_host.sampler_stop = false;
+  g_host.gil_req = 0;
+  if (peek) g_host.gil_worker = new std::thread(gil_worker_loop);
+  g_host.sampler = new std::thread(sampler_loop);
 }
 
 // From stop(), without the GIL (the sampler may be waiting for it).
 void host_stop() {
-  if (g_sampler != nullptr) {
+  if (g_host.sampler != nullptr) {
     {
-      std::lock_guard<std::mutex> lk(g_sampler_mu);
-      g_sampler_stop = true;
+      std::lock_guard<std::mutex> lk(g_host.sampler_mu);
+      g_host.sampler_stop = true;
     }
-    g_sampler_cv.notify_all();
-    g_gil_cv.notify_all();
-    g_sampler->join();
-    delete g_sampler;
-    g_sampler = nullptr;
-    if (g_gil_worker != nullptr) {
-      g_gil_worker->join();
-      delete g_gil_worker;
-      g_gil_worker = nullptr;
+    g_host.sampler_cv.notify_all();
+    g_host.gil_cv.notify_all();
+    g_host.sampler->join();
+    delete g_host.sampler;
+    g_host.sampler = nullptr;
+    if (g_host.gil_worker != nullptr) {
+      g_host.gil_worker->join();
+      delete g_host.gil_worker;
+      g_host.gil_worker = nullptr;
     }
   }
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  if (g_window_open.exchange(false)) g_window_end = steady_ns();
+  std::lock_guard<std::mutex> lk(g_host.mu);
+  if (g_host.window_open.exchange(false)) g_host.window_end = steady_ns();
 }
 
 // How the main thread was read: 0 without the GIL through process_vm_readv, 1 through
@@ -660,7 +677,7 @@ void host_stop() {
 // worked: a sandbox that forbids both).
 int64_t host_main_read() {
 #if defined(DLPT_INTERNAL_FRAMES)
-  return g_peek_on.load() ? int64_t(g_peek_via) : -1;
+  return g_host.peek_on.load() ? int64_t(g_host.peek.via) : -1;
 #else
   return -1;
 #endif
@@ -669,8 +686,8 @@ int64_t host_main_read() {
 void ignore_this_thread() {
   PyThreadState* t = PyGILState_GetThisThreadState();
   if (t == nullptr) return;
-  std::lock_guard<std::mutex> lk(g_host_mu);
-  g_ignored_tids.insert(thread_id_of(t));
+  std::lock_guard<std::mutex> lk(g_host.mu);
+  g_host.ignored_tids.insert(thread_id_of(t));
 }
 
 }  // namespace

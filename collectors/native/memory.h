@@ -1,6 +1,5 @@
 // dlpt collector: GPU memory by line, from the CUDA caching allocator's own events.
-// Part of collector.cpp (one translation unit): included there after device.h; compiled only
-// with DLPT_CUPTI (CUDA builds), the rest of the collector's device side.
+// Compiled only with DLPT_CUPTI (CUDA builds), the rest of the collector's device side.
 //
 // Why the allocator's trace tracker (`attachAllocatorTraceTracker`): it is called, in C++, for
 // every allocation, free, segment (cudaMalloc/cudaFree, or expandable-segment map/unmap) and
@@ -33,6 +32,12 @@
 // emptied: each event marks one node, each mark is copied once, so the cost is amortised O(1) per
 // event and memory is the nodes plus the live blocks, whatever the number of events.
 #pragma once
+
+#include "common.h"  // first: Python.h before any other header
+
+#include "autograd.h"  // launch_node, unrecorded_node
+#include "frames.h"
+#include "trie.h"
 
 #if defined(DLPT_CUPTI)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -108,18 +113,22 @@ struct MemSeries {
   }
 };
 
-std::mutex g_mem_mu;  // everything below; taken inside the allocator's lock, never the other way
-std::atomic<bool> g_mem_on{false};
-std::atomic<bool> g_mem_attached{false};
-std::string g_mem_error;
-std::unordered_map<int64_t, MemDevice> g_mem_dev;
-std::unordered_map<int64_t, std::pair<int64_t, int64_t>> g_mem_alloc;  // node → (bytes, count)
-std::unordered_map<int64_t, int64_t> g_mem_oom;  // node → live bytes at the last out-of-memory
-int64_t g_mem_oom_device = -1, g_mem_oom_requested = 0, g_mem_oom_free = 0, g_mem_ooms = 0;
-int64_t g_mem_step = 0, g_mem_events = 0, g_mem_end = 0;
-std::atomic<int64_t> g_mem_approx{0};  // allocations placed at the thread's last context (above)
-int64_t g_mem_all_alloc = 0, g_mem_all_reserved = 0;  // over devices, for the series
-MemSeries g_mem_series;
+// GPU memory while recording (the one instance, g_memory, is at static storage).
+struct MemoryState {
+  std::mutex mu;  // everything below; taken inside the allocator's lock, never the other way
+  std::atomic<bool> on{false};
+  std::atomic<bool> attached{false};
+  std::string error;
+  std::unordered_map<int64_t, MemDevice> dev;
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> alloc;  // node → (bytes, count)
+  std::unordered_map<int64_t, int64_t> oom;  // node → live bytes at the last out-of-memory
+  int64_t oom_device = -1, oom_requested = 0, oom_free = 0, ooms = 0;
+  int64_t step = 0, events = 0, end = 0;
+  std::atomic<int64_t> approx{0};  // allocations placed at the thread's last context (above)
+  int64_t all_alloc = 0, all_reserved = 0;  // over devices, for the series
+  MemSeries series;
+};
+MemoryState g_memory;
 
 int64_t round_block(size_t size) { return size < 512 ? 512 : int64_t((size + 511) & ~size_t(511)); }
 
@@ -133,15 +142,15 @@ int64_t memory_node() {
   }
   bool gil_reads = true;
 #if defined(DLPT_INTERNAL_FRAMES)
-  gil_reads = g_gil_frames.load(std::memory_order_relaxed);
+  gil_reads = g_collector.gil_frames.load(std::memory_order_relaxed);
 #endif
   if (!gil_reads || PyGILState_Check()) return launch_node(ts);
   if (unrecorded_node(ts) != nullptr && (frame == nullptr || frame == ts.bw_frame)) return launch_node(ts);
-  g_mem_approx.fetch_add(1, std::memory_order_relaxed);
-  return !ts.last_nodes.empty() ? ts.last_nodes.back() : (ts.base >= 0 ? ts.base : g_phase_node.load(std::memory_order_relaxed));
+  g_memory.approx.fetch_add(1, std::memory_order_relaxed);
+  return !ts.last_nodes.empty() ? ts.last_nodes.back() : (ts.base >= 0 ? ts.base : g_trie.phase_node.load(std::memory_order_relaxed));
 }
 
-MemDevice& mem_device(int64_t d) { return g_mem_dev[d]; }
+MemDevice& mem_device(int64_t d) { return g_memory.dev[d]; }
 
 void mem_touch(MemDevice& d, int64_t node, int64_t delta) {
   NodeMem& m = d.nodes[node];
@@ -162,18 +171,18 @@ void mem_peak(MemDevice& d, int64_t node, int64_t now) {
   d.peak_total = d.allocated;
   d.peak_before = d.before;
   d.peak_node = node;
-  d.peak_step = g_mem_step;
+  d.peak_step = g_memory.step;
   d.peak_time = now;
 }
 
 void mem_free_block(MemDevice& d, const MemBlock& b) {
   mem_touch(d, b.node, -b.size);
   d.allocated -= b.size;
-  g_mem_all_alloc -= b.size;
+  g_memory.all_alloc -= b.size;
 }
 
 void on_allocator_event(const cca::TraceEntry& te) {
-  if (!g_mem_on.load(std::memory_order_relaxed)) return;
+  if (!g_memory.on.load(std::memory_order_relaxed)) return;
   using A = cca::TraceEntry;
   int64_t node = -1;
   bool pooled = !(te.mempool_.first == 0 && te.mempool_.second == 0);
@@ -181,8 +190,8 @@ void on_allocator_event(const cca::TraceEntry& te) {
       (pooled && (te.action_ == A::SEGMENT_ALLOC || te.action_ == A::SEGMENT_MAP)))
     node = memory_node();  // before the lock: it may take the trie's
   int64_t now = steady_ns();
-  std::lock_guard<std::mutex> lk(g_mem_mu);
-  ++g_mem_events;
+  std::lock_guard<std::mutex> lk(g_memory.mu);
+  ++g_memory.events;
   MemDevice& d = mem_device(int64_t(te.device_));
   switch (te.action_) {
     case A::ALLOC: {
@@ -193,11 +202,11 @@ void on_allocator_event(const cca::TraceEntry& te) {
         ins.first->second = MemBlock{size, node};
       }
       mem_touch(d, node, size);
-      auto& ac = g_mem_alloc[node];
+      auto& ac = g_memory.alloc[node];
       ac.first += size;
       ac.second += 1;
       d.allocated += size;
-      g_mem_all_alloc += size;
+      g_memory.all_alloc += size;
       if (d.allocated > d.peak_total) mem_peak(d, node, now);
       break;
     }
@@ -210,7 +219,7 @@ void on_allocator_event(const cca::TraceEntry& te) {
         int64_t size = std::min(round_block(te.size_), d.before);
         d.before -= size;
         d.allocated -= size;
-        g_mem_all_alloc -= size;
+        g_memory.all_alloc -= size;
         ++d.unmatched_frees;
         d.unmatched_bytes += round_block(te.size_);
       }
@@ -220,7 +229,7 @@ void on_allocator_event(const cca::TraceEntry& te) {
     case A::SEGMENT_MAP: {
       int64_t size = int64_t(te.size_);
       d.reserved += size;
-      g_mem_all_reserved += size;
+      g_memory.all_reserved += size;
       d.reserved_peak = std::max(d.reserved_peak, d.reserved);
       if (pooled) d.pool_segments[uint64_t(te.addr_)] = MemBlock{size, node};
       break;
@@ -229,32 +238,32 @@ void on_allocator_event(const cca::TraceEntry& te) {
     case A::SEGMENT_UNMAP: {
       int64_t size = std::min(int64_t(te.size_), d.reserved);
       d.reserved -= size;
-      g_mem_all_reserved -= size;
+      g_memory.all_reserved -= size;
       auto it = d.pool_segments.find(uint64_t(te.addr_));
       if (it != d.pool_segments.end()) d.pool_segments.erase(it);
       break;
     }
     case A::OOM: {
       // What each line held when the allocation failed: the saved profile shows it.
-      g_mem_oom.clear();
+      g_memory.oom.clear();
       for (auto& [n, m] : d.nodes)
-        if (m.live > 0) g_mem_oom[n] = m.live;
-      g_mem_oom_device = int64_t(te.device_);
-      g_mem_oom_free = int64_t(te.addr_);  // for OOM the tracker gives the free bytes here
-      g_mem_oom_requested = int64_t(te.size_);
-      ++g_mem_ooms;
-      g_mem_oom[node] += 0;  // the failing line is named even when it held nothing
+        if (m.live > 0) g_memory.oom[n] = m.live;
+      g_memory.oom_device = int64_t(te.device_);
+      g_memory.oom_free = int64_t(te.addr_);  // for OOM the tracker gives the free bytes here
+      g_memory.oom_requested = int64_t(te.size_);
+      ++g_memory.ooms;
+      g_memory.oom[node] += 0;  // the failing line is named even when it held nothing
       break;
     }
     default:
       return;
   }
-  g_mem_series.add(now, g_mem_all_alloc, g_mem_all_reserved);
+  g_memory.series.add(now, g_memory.all_alloc, g_memory.all_reserved);
 }
 
 // The allocator's counts when recording begins: what was allocated before it. Read before
-// g_mem_mu is taken: reading them takes the allocator's lock, inside which the tracker takes
-// g_mem_mu.
+// g_memory.mu is taken: reading them takes the allocator's lock, inside which the tracker takes
+// g_memory.mu.
 void memory_baseline() {
   std::vector<std::pair<int64_t, int64_t>> st;
   int n = int(c10::cuda::device_count());
@@ -262,14 +271,14 @@ void memory_baseline() {
     auto s = cca::getDeviceStats(c10::DeviceIndex(i));
     st.emplace_back(s.allocated_bytes[0].current, s.reserved_bytes[0].current);  // 0: StatType::AGGREGATE
   }
-  std::lock_guard<std::mutex> lk(g_mem_mu);
-  if (g_mem_events > 0) return;  // events came first: too late for a consistent start
+  std::lock_guard<std::mutex> lk(g_memory.mu);
+  if (g_memory.events > 0) return;  // events came first: too late for a consistent start
   for (int i = 0; i < n; ++i) {
     MemDevice& d = mem_device(i);
     d.before = d.allocated = st[size_t(i)].first;
     d.reserved = d.reserved_peak = st[size_t(i)].second;
-    g_mem_all_alloc += d.allocated;
-    g_mem_all_reserved += d.reserved;
+    g_memory.all_alloc += d.allocated;
+    g_memory.all_reserved += d.reserved;
   }
 }
 
@@ -279,48 +288,48 @@ void memory_baseline() {
 void memory_attach() {
   try {
     memory_baseline();
-    if (!g_mem_attached.exchange(true)) cca::attachAllocatorTraceTracker(on_allocator_event);
+    if (!g_memory.attached.exchange(true)) cca::attachAllocatorTraceTracker(on_allocator_event);
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(g_mem_mu);
-    g_mem_error = std::string("the CUDA allocator has no trace hook: ") + e.what();
+    std::lock_guard<std::mutex> lk(g_memory.mu);
+    g_memory.error = std::string("the CUDA allocator has no trace hook: ") + e.what();
   }
 }
 
 // From start(), with the GIL held.
 void memory_start(bool device) {
   {
-    std::lock_guard<std::mutex> lk(g_mem_mu);
-    g_mem_dev.clear();
-    g_mem_alloc.clear();
-    g_mem_oom.clear();
-    g_mem_oom_device = -1, g_mem_oom_requested = g_mem_oom_free = g_mem_ooms = 0;
-    g_mem_step = g_mem_events = g_mem_end = 0;
-    g_mem_approx.store(0);
-    g_mem_all_alloc = g_mem_all_reserved = 0;
-    g_mem_series.reset(steady_ns());
-    g_mem_error.clear();
+    std::lock_guard<std::mutex> lk(g_memory.mu);
+    g_memory.dev.clear();
+    g_memory.alloc.clear();
+    g_memory.oom.clear();
+    g_memory.oom_device = -1, g_memory.oom_requested = g_memory.oom_free = g_memory.ooms = 0;
+    g_memory.step = g_memory.events = g_memory.end = 0;
+    g_memory.approx.store(0);
+    g_memory.all_alloc = g_memory.all_reserved = 0;
+    g_memory.series.reset(steady_ns());
+    g_memory.error.clear();
   }
   const char* off = std::getenv("DLPT_MEMORY");  // DLPT_MEMORY=0: no memory (diagnostics: its overhead)
   if (!device || (off != nullptr && std::string(off) == "0")) return;
-  g_mem_on.store(true);
+  g_memory.on.store(true);
   try {
     py::module_::import("torch.cuda").attr("_lazy_call")(py::cpp_function([] { memory_attach(); }));
   } catch (py::error_already_set& e) {
     // torch.cuda without `_lazy_call`: attach now if CUDA is up (else memory goes unrecorded).
     if (cca::get() != nullptr && cca::get()->initialized()) memory_attach();
-    else g_mem_error = std::string("memory not recorded: ") + e.what();
+    else g_memory.error = std::string("memory not recorded: ") + e.what();
   }
 }
 
 void memory_stop() {
-  if (!g_mem_on.exchange(false)) return;
-  std::lock_guard<std::mutex> lk(g_mem_mu);
-  g_mem_end = steady_ns();
+  if (!g_memory.on.exchange(false)) return;
+  std::lock_guard<std::mutex> lk(g_memory.mu);
+  g_memory.end = steady_ns();
 }
 
 void memory_set_step(int64_t step) {
-  std::lock_guard<std::mutex> lk(g_mem_mu);
-  g_mem_step = step;
+  std::lock_guard<std::mutex> lk(g_memory.mu);
+  g_memory.step = step;
 }
 
 }  // namespace
@@ -348,12 +357,12 @@ py::dict memory_snapshot() {
   int64_t t0 = 0, width = 0, end = 0;
 #if defined(DLPT_CUPTI)
   {
-    py::gil_scoped_release nogil;  // the tracker may wait for g_mem_mu inside the allocator's lock
-    std::lock_guard<std::mutex> lk(g_mem_mu);
-    recorded = g_mem_attached.load() && g_mem_error.empty();
-    error = g_mem_error;
-    for (auto& [n, v] : g_mem_alloc) an.push_back(n), ab.push_back(v.first), ac.push_back(v.second);
-    for (auto& [id, d] : g_mem_dev) {
+    py::gil_scoped_release nogil;  // the tracker may wait for g_memory.mu inside the allocator's lock
+    std::lock_guard<std::mutex> lk(g_memory.mu);
+    recorded = g_memory.attached.load() && g_memory.error.empty();
+    error = g_memory.error;
+    for (auto& [n, v] : g_memory.alloc) an.push_back(n), ab.push_back(v.first), ac.push_back(v.second);
+    for (auto& [id, d] : g_memory.dev) {
       for (auto& [n, v] : d.peak)
         if (v > 0) pd.push_back(id), pn.push_back(n), pb.push_back(v);
       std::unordered_map<int64_t, int64_t> pools;
@@ -365,11 +374,11 @@ py::dict memory_snapshot() {
       dunf.push_back(d.unmatched_frees), dunb.push_back(d.unmatched_bytes);
       live += int64_t(d.live.size());
     }
-    for (auto& [n, v] : g_mem_oom) on.push_back(n), ob.push_back(v);
-    oom_device = g_mem_oom_device, oom_req = g_mem_oom_requested, oom_free = g_mem_oom_free, ooms = g_mem_ooms;
-    events = g_mem_events, approx = g_mem_approx.load();
-    const MemSeries& s = g_mem_series;
-    t0 = s.t0, width = s.width, end = g_mem_end;
+    for (auto& [n, v] : g_memory.oom) on.push_back(n), ob.push_back(v);
+    oom_device = g_memory.oom_device, oom_req = g_memory.oom_requested, oom_free = g_memory.oom_free, ooms = g_memory.ooms;
+    events = g_memory.events, approx = g_memory.approx.load();
+    const MemSeries& s = g_memory.series;
+    t0 = s.t0, width = s.width, end = g_memory.end;
     for (size_t k = 0; k < s.has.size(); ++k)
       if (s.has[k]) st.push_back(int64_t(k)), sha.push_back(s.hi_a[k]), shr.push_back(s.hi_r[k]),
                     sla.push_back(s.last_a[k]), slr.push_back(s.last_r[k]);

@@ -1,7 +1,5 @@
 // dlpt collector: reading the recording's main thread's Python frames from the sampler thread
 // without the GIL, the way out-of-process samplers (py-spy) read a process's threads.
-// Part of collector.cpp (one translation unit): included there after frames.h, before host.h.
-//
 // Why: a read that takes the GIL comes when the main thread gives it up — at its next op, or at
 // the switch interval (5 ms) in pure Python — so it sees the line that runs *then*, and the time
 // since the last sample lands on the next line, not on the one that ran (issue 32). Peeking reads
@@ -13,8 +11,8 @@
 // seccomp filter forbids that), which returns an error on unmapped memory instead of faulting.
 // What comes back may be torn; it is trusted only this far:
 // - a code object is dereferenced (its first traceable instruction, its size, its line table)
-//   only if it is interned in the trie (g_code_idx, which holds a strong reference, so it is
-//   alive) and only while g_mu is held (start() clears the table under g_mu before it lets go of
+//   only if it is interned in the trie (g_trie.code_idx, which holds a strong reference, so it is
+//   alive) and only while g_trie.mu is held (start() clears the table under g_trie.mu before it lets go of
 //   the references). A pointer that is not interned is never followed: the frames inside it are
 //   left out and the caller is told (`unknown`);
 // - an instruction offset outside its code means a torn copy: the tick is read again, else skipped;
@@ -25,10 +23,14 @@
 // frames that have not started (incomplete).
 #pragma once
 
+#include "common.h"  // first: Python.h before any other header
+
 #include <fcntl.h>
 #include <sys/uio.h>
 
 #include <cerrno>
+
+#include "trie.h"
 
 namespace {
 
@@ -42,49 +44,23 @@ constexpr uintptr_t kUserTop = uintptr_t(1) << 57;
 
 enum PeekStatus { PEEK_OK, PEEK_TORN, PEEK_DEEP, PEEK_UNAVAILABLE };
 
-// How memory is copied: process_vm_readv, else /proc/self/mem (a seccomp profile may forbid the
-// former), else not at all (the sampler then reads with the GIL). Only the sampler thread reads.
-int g_peek_via = 0;  // 0: process_vm_readv, 1: /proc/self/mem, 2: neither works
-int g_peek_fd = -1;
-pid_t g_peek_pid = 0;  // set by host_start (glibc does not cache getpid: a system call each)
-
-// Copies n bytes at addr: PEEK_OK, PEEK_TORN where the memory is not there (or only partly),
-// PEEK_UNAVAILABLE where this process cannot read itself this way.
-PeekStatus peek_mem(const void* addr, void* out, size_t n) {
-  if (uintptr_t(addr) >= kUserTop) return PEEK_TORN;  // no one's address: a torn pointer
-  if (g_peek_via == 0) {
-    iovec local{out, n}, remote{const_cast<void*>(addr), n};
-    ssize_t r = process_vm_readv(g_peek_pid, &local, 1, &remote, 1, 0);
-    if (r == ssize_t(n)) return PEEK_OK;
-    if (r >= 0 || errno == EFAULT) return PEEK_TORN;
-    g_peek_via = 1;  // ENOSYS, EPERM (seccomp): try the other way
-  }
-  if (g_peek_via == 1) {
-    if (g_peek_fd < 0) g_peek_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
-    if (g_peek_fd >= 0) {
-      ssize_t r = pread(g_peek_fd, out, n, off_t(uintptr_t(addr)));
-      if (r == ssize_t(n)) return PEEK_OK;
-      if (r >= 0 || errno == EIO || errno == EFAULT) return PEEK_TORN;
-    }
-    g_peek_via = 2;
-  }
-  return PEEK_UNAVAILABLE;
-}
+struct Peek;  // below: how memory is copied, and the copy of the stack
+PeekStatus peek_mem(Peek& p, const void* addr, void* out, size_t n);
 
 // Thread t's innermost interpreter frame pointer (t is alive: the recording's main thread), and
 // on 3.11/3.12 the C frame that holds it (`where`: a walk is trusted only where both are the same
 // after it).
-PeekStatus peek_current(PyThreadState* t, const void** where, _PyInterpreterFrame** f) {
+PeekStatus peek_current(Peek& p, PyThreadState* t, const void** where, _PyInterpreterFrame** f) {
   *f = nullptr;
   *where = nullptr;
 #if PY_VERSION_HEX >= 0x030D0000
-  return peek_mem(&t->current_frame, f, sizeof(*f));
+  return peek_mem(p, &t->current_frame, f, sizeof(*f));
 #else
   _PyCFrame* cf = nullptr;
-  PeekStatus s = peek_mem(&t->cframe, &cf, sizeof(cf));
+  PeekStatus s = peek_mem(p, &t->cframe, &cf, sizeof(cf));
   if (s != PEEK_OK || cf == nullptr) return s;
   *where = cf;
-  return peek_mem(&cf->current_frame, f, sizeof(*f));
+  return peek_mem(p, &cf->current_frame, f, sizeof(*f));
 #endif
 }
 
@@ -120,33 +96,8 @@ struct PeekCopy {
   }
 
   // [a, a + len) and what lies below it in the same pages and the two pages before, as a new range.
-  PeekStatus add(uintptr_t a, size_t len, void* out) {
-    if (g_peek_via != 0 || n == kSlots || a < kWindow) return peek_mem(reinterpret_cast<void*>(a), out, len);
-    uintptr_t top = (a + len + kPage - 1) & ~(kPage - 1);  // no overflow: `a` is a user-space address
-    uintptr_t start = top - kWindow, at = top;
-    iovec local[kWindow / kPage], remote[kWindow / kPage];
-    size_t k = 0;
-    for (; at > start; at -= kPage, ++k) {  // the highest page first
-      remote[k] = iovec{reinterpret_cast<void*>(at - kPage), size_t(kPage)};
-      local[k] = iovec{buf[n] + (at - kPage - start), size_t(kPage)};
-    }
-    ssize_t got = process_vm_readv(g_peek_pid, local, k, remote, k, 0);
-    if (got < 0 && errno != EFAULT) return peek_mem(reinterpret_cast<void*>(a), out, len);  // ENOSYS, EPERM
-    if (got < ssize_t(top - a)) return PEEK_TORN;  // the frame's own bytes are not there
-    uintptr_t lo = top - uintptr_t(got);
-    if (lo != start) std::memmove(buf[n], buf[n] + (lo - start), size_t(got));
-    r[n] = Range{lo, top, false};
-    ++n;
-    return find(a, len, out) ? PEEK_OK : PEEK_TORN;
-  }
-
-  PeekStatus get(const void* addr, void* out, size_t len, bool& added) {
-    // A pointer from a torn copy may be anything: one that no frame can have is a torn read.
-    if (uintptr_t(addr) % alignof(void*) != 0 || uintptr_t(addr) >= kUserTop) return PEEK_TORN;
-    if (find(uintptr_t(addr), len, out)) return PEEK_OK;
-    added = true;
-    return add(uintptr_t(addr), len, out);
-  }
+  PeekStatus add(Peek& p, uintptr_t a, size_t len, void* out);
+  PeekStatus get(Peek& p, const void* addr, void* out, size_t len, bool& added);
 
   void keep_used() {
     n_next = 0;
@@ -154,22 +105,82 @@ struct PeekCopy {
       if (r[i].used) next[n_next++] = Range{r[i].lo, r[i].hi, false};
   }
 };
-PeekCopy g_peek_copy;  // the sampler's
+
+// How memory is copied: process_vm_readv, else /proc/self/mem (a seccomp profile may forbid the
+// former), else not at all (the sampler then reads with the GIL). Only the sampler thread reads
+// (HostState::peek).
+struct Peek {
+  int via = 0;  // 0: process_vm_readv, 1: /proc/self/mem, 2: neither works
+  int fd = -1;
+  pid_t pid = 0;  // set by host_start (glibc does not cache getpid: a system call each)
+  PeekCopy copy;  // the sampler's
+};
+
+// Copies n bytes at addr: PEEK_OK, PEEK_TORN where the memory is not there (or only partly),
+// PEEK_UNAVAILABLE where this process cannot read itself this way.
+PeekStatus peek_mem(Peek& p, const void* addr, void* out, size_t n) {
+  if (uintptr_t(addr) >= kUserTop) return PEEK_TORN;  // no one's address: a torn pointer
+  if (p.via == 0) {
+    iovec local{out, n}, remote{const_cast<void*>(addr), n};
+    ssize_t r = process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
+    if (r == ssize_t(n)) return PEEK_OK;
+    if (r >= 0 || errno == EFAULT) return PEEK_TORN;
+    p.via = 1;  // ENOSYS, EPERM (seccomp): try the other way
+  }
+  if (p.via == 1) {
+    if (p.fd < 0) p.fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    if (p.fd >= 0) {
+      ssize_t r = pread(p.fd, out, n, off_t(uintptr_t(addr)));
+      if (r == ssize_t(n)) return PEEK_OK;
+      if (r >= 0 || errno == EIO || errno == EFAULT) return PEEK_TORN;
+    }
+    p.via = 2;
+  }
+  return PEEK_UNAVAILABLE;
+}
+
+PeekStatus PeekCopy::add(Peek& p, uintptr_t a, size_t len, void* out) {
+  if (p.via != 0 || n == kSlots || a < kWindow) return peek_mem(p, reinterpret_cast<void*>(a), out, len);
+  uintptr_t top = (a + len + kPage - 1) & ~(kPage - 1);  // no overflow: `a` is a user-space address
+  uintptr_t start = top - kWindow, at = top;
+  iovec local[kWindow / kPage], remote[kWindow / kPage];
+  size_t k = 0;
+  for (; at > start; at -= kPage, ++k) {  // the highest page first
+    remote[k] = iovec{reinterpret_cast<void*>(at - kPage), size_t(kPage)};
+    local[k] = iovec{buf[n] + (at - kPage - start), size_t(kPage)};
+  }
+  ssize_t got = process_vm_readv(p.pid, local, k, remote, k, 0);
+  if (got < 0 && errno != EFAULT) return peek_mem(p, reinterpret_cast<void*>(a), out, len);  // ENOSYS, EPERM
+  if (got < ssize_t(top - a)) return PEEK_TORN;  // the frame's own bytes are not there
+  uintptr_t lo = top - uintptr_t(got);
+  if (lo != start) std::memmove(buf[n], buf[n] + (lo - start), size_t(got));
+  r[n] = Range{lo, top, false};
+  ++n;
+  return find(a, len, out) ? PEEK_OK : PEEK_TORN;
+}
+
+PeekStatus PeekCopy::get(Peek& p, const void* addr, void* out, size_t len, bool& added) {
+  // A pointer from a torn copy may be anything: one that no frame can have is a torn read.
+  if (uintptr_t(addr) % alignof(void*) != 0 || uintptr_t(addr) >= kUserTop) return PEEK_TORN;
+  if (find(uintptr_t(addr), len, out)) return PEEK_OK;
+  added = true;
+  return add(p, uintptr_t(addr), len, out);
+}
 
 // The current frame pointer and the last walk's ranges in one read (see PeekCopy). On 3.11/3.12
 // the pointer lives in the C frame that runs the evaluation loop, which changes at every call
 // from C into Python (a module's `__call__`, twice a layer in a model): read first, alone.
 // Without ranges to read (the first tick, a range gone), plain reads.
-PeekStatus peek_snapshot(PyThreadState* t, const void** where, _PyInterpreterFrame** f) {
-  PeekCopy& c = g_peek_copy;
+PeekStatus peek_snapshot(Peek& p, PyThreadState* t, const void** where, _PyInterpreterFrame** f) {
+  PeekCopy& c = p.copy;
   c.n = 0;
-  if (g_peek_via != 0 || c.n_next == 0) return peek_current(t, where, f);
+  if (p.via != 0 || c.n_next == 0) return peek_current(p, t, where, f);
 #if PY_VERSION_HEX >= 0x030D0000
   void* loc = &t->current_frame;
   *where = nullptr;
 #else
   _PyCFrame* cf = nullptr;
-  PeekStatus s = peek_mem(&t->cframe, &cf, sizeof(cf));
+  PeekStatus s = peek_mem(p, &t->cframe, &cf, sizeof(cf));
   *where = cf;
   *f = nullptr;
   if (s != PEEK_OK || cf == nullptr) return s;
@@ -184,10 +195,10 @@ PeekStatus peek_snapshot(PyThreadState* t, const void** where, _PyInterpreterFra
     local[k] = iovec{c.buf[i], remote[k].iov_len};
     total += remote[k].iov_len;
   }
-  ssize_t got = process_vm_readv(g_peek_pid, local, k, remote, k, 0);
+  ssize_t got = process_vm_readv(p.pid, local, k, remote, k, 0);
   if (got != ssize_t(total)) {  // a range is gone (the stack shrank out of a chunk), or no read at all
     c.n_next = 0;
-    return peek_current(t, where, f);  // and, where this read cannot work at all, peek_mem finds out
+    return peek_current(p, t, where, f);  // and, where this read cannot work at all, peek_mem finds out
   }
   for (size_t i = 0; i < c.n_next; ++i) c.r[i] = c.next[i];
   c.n = c.n_next;
@@ -204,8 +215,8 @@ PeekStatus peek_snapshot(PyThreadState* t, const void** where, _PyInterpreterFra
 // copy is the frame that replaced it, another real stack of that instant, or a skipped tick; never
 // a fault. Where the walk needed reads of its own after the snapshot, the pointer is read again and
 // a walk it moved under is tried again (twice, then taken as it is).
-PeekStatus peek_frames(PyThreadState* t, std::vector<_PyInterpreterFrame>& out, std::vector<const void*>& at) {
-  PeekCopy& c = g_peek_copy;
+PeekStatus peek_frames(Peek& p, PyThreadState* t, std::vector<_PyInterpreterFrame>& out, std::vector<const void*>& at) {
+  PeekCopy& c = p.copy;
   PeekStatus s = PEEK_TORN;
   for (int attempt = 0; attempt < 3; ++attempt) {
     out.clear();
@@ -213,7 +224,7 @@ PeekStatus peek_frames(PyThreadState* t, std::vector<_PyInterpreterFrame>& out, 
     _PyInterpreterFrame *first = nullptr, *again = nullptr;
     const void *where = nullptr, *where_again = nullptr;
     bool added = false;
-    s = peek_snapshot(t, &where, &first);
+    s = peek_snapshot(p, t, &where, &first);
     if (s != PEEK_OK) {
       if (s == PEEK_UNAVAILABLE) return s;
       continue;
@@ -225,13 +236,13 @@ PeekStatus peek_frames(PyThreadState* t, std::vector<_PyInterpreterFrame>& out, 
       }
       out.emplace_back();
       at.push_back(f);
-      s = c.get(f, &out.back(), kFrameHead, added);
+      s = c.get(p, f, &out.back(), kFrameHead, added);
     }
     if (s == PEEK_UNAVAILABLE) return s;
     if (s == PEEK_TORN) continue;
     c.keep_used();
     if (!added || attempt == 2) return s;  // PEEK_OK, or PEEK_DEEP
-    PeekStatus s2 = peek_current(t, &where_again, &again);
+    PeekStatus s2 = peek_current(p, t, &where_again, &again);
     if (s2 == PEEK_UNAVAILABLE) return s2;
     if (s2 == PEEK_OK && again == first && where_again == where) return s;
     s = PEEK_TORN;
@@ -241,15 +252,15 @@ PeekStatus peek_frames(PyThreadState* t, std::vector<_PyInterpreterFrame>& out, 
 
 // A new recording: the process's id (it may have forked since: a /proc/self/mem opened before
 // reads the parent), both ways of reading tried afresh, no ranges to read again.
-void peek_reset() {
+void peek_reset(Peek& p) {
   pid_t pid = getpid();
-  if (pid != g_peek_pid && g_peek_fd >= 0) {
-    close(g_peek_fd);
-    g_peek_fd = -1;
+  if (pid != p.pid && p.fd >= 0) {
+    close(p.fd);
+    p.fd = -1;
   }
-  g_peek_pid = pid;
-  g_peek_via = 0;
-  g_peek_copy.n = g_peek_copy.n_next = 0;
+  p.pid = pid;
+  p.via = 0;
+  p.copy.n = p.copy.n_next = 0;
 }
 
 // Where a walk of the copies ended up (peek_node).
@@ -279,14 +290,14 @@ int64_t peek_lasti(const _PyInterpreterFrame* f, PyObject* code) {
 // code at the same instruction, keep their nodes (ts.last, as context() in frames.h does for a
 // thread's own walks): from one tick to the next only the innermost few change. Other frames go
 // through ts's frame cache; a code is read (its first traceable instruction, its size, its line
-// table) only once found interned, under g_mu: see the top of this file.
+// table) only once found interned, under g_trie.mu: see the top of this file.
 PeekPlace peek_node(ThreadState& ts, std::vector<_PyInterpreterFrame>& fr, const std::vector<const void*>& at,
                     int64_t base) {
   PeekPlace out;
   int64_t node = base;
   size_t same = 0;  // leading entries of ts.last still true
   bool diverged = false;
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(g_trie.mu);
   for (size_t j = fr.size(); j-- > 0;) {
     _PyInterpreterFrame* f = &fr[j];
 #if PY_VERSION_HEX >= 0x030C0000
@@ -308,13 +319,13 @@ PeekPlace peek_node(ThreadState& ts, std::vector<_PyInterpreterFrame>& fr, const
       continue;
     }
     diverged = true;
-    auto ci = g_code_idx.find(code);
-    if (ci == g_code_idx.end()) {
+    auto ci = g_trie.code_idx.find(code);
+    if (ci == g_trie.code_idx.end()) {
       out.unknown = code;
       out.unknown_globals = f->f_globals;
       break;
     }
-    // Alive from here on (interned, g_mu held): the macros may read it.
+    // Alive from here on (interned, g_trie.mu held): the macros may read it.
     if (_PyFrame_IsIncomplete(f)) continue;
     if (lasti < 0 || lasti >= int64_t(Py_SIZE(code))) {
       out.torn = true;

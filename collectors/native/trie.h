@@ -1,43 +1,16 @@
 // dlpt collector: the calling-context trie, per-thread state and backward links.
 // Shared by the op callback, the CUPTI side and the binding.
-// Part of collector.cpp (one translation unit): included there, in this order.
 #pragma once
 
-namespace {
+#include "common.h"  // first: Python.h before any other header
 
+namespace {
 
 // Node kinds, as collectors/record/native.py names them (checked at load).
 constexpr int32_t N_ROOT = 0, N_PY = 1, N_OP = 2, N_BACKWARD = 3, N_THREAD = 4, N_TID = 5, N_UNATTR = 6,
                   N_PHASE = 7;
 // Activity kinds, as dlpt.metrics numbers them.
 constexpr int32_t A_KERNEL = 0, A_HTOD = 1, A_DTOH = 2, A_DTOD = 3, A_OTHER = 4, A_MEMSET = 5;
-
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Op host times are read twice per op. Where the clock is a system call (some virtual
-// machines give clock_gettime no vDSO path) that alone costs a microsecond per op, so on x86-64
-// the collector counts TSC ticks (invariant on the CPUs torch runs on) and converts them to
-// nanoseconds with the rate measured against the steady clock over the recording.
-#if defined(__x86_64__)
-inline int64_t ticks() { return int64_t(__rdtsc()); }
-#else
-inline int64_t ticks() { return steady_ns(); }
-#endif
-int64_t g_tick0 = 0, g_ns0 = 0;
-
-double ns_per_tick() {
-#if defined(__x86_64__)
-  while (steady_ns() - g_ns0 < 1000000) {
-  }  // a recording shorter than 1 ms: wait that long, for a usable rate
-  int64_t dt = ticks() - g_tick0, dn = steady_ns() - g_ns0;
-  return dt > 0 ? double(dn) / double(dt) : 1.0;
-#else
-  return 1.0;
-#endif
-}
 
 // ----- append-only storage that readers on other threads may index while it grows -----
 
@@ -82,54 +55,6 @@ struct NodeKeyHash {
   }
 };
 
-// The global trie. `g_mu` guards the index, the node count and the code/name tables; node
-// records and cpu counters are read lock-free by the threads that learned their ids.
-// Lock order: the GIL (if taken) before g_mu, never the other way round.
-std::mutex g_mu;
-Chunked<Node>* g_nodes = nullptr;
-Chunked<std::atomic<int64_t>>* g_cpu = nullptr;
-std::atomic<int64_t> g_n_nodes{0};
-std::unordered_map<NodeKey, int64_t, NodeKeyHash> g_index;
-std::vector<PyObject*> g_codes;                      // strong references
-std::unordered_map<PyObject*, int64_t> g_code_idx;
-std::vector<std::string> g_names;
-std::unordered_map<std::string, int64_t> g_name_idx;
-std::atomic<uint64_t> g_epoch{1};  // a new recording invalidates every thread's caches
-std::atomic<bool> g_gil_frames{false};
-PyThreadState* g_main_tstate = nullptr;
-std::atomic<int64_t> g_backward_ctx{-1};  // the running backward() call's context
-std::atomic<int64_t> g_dropped_nodes{0};
-
-int64_t intern_name_locked(std::string_view s) {
-  auto it = g_name_idx.find(std::string(s));
-  if (it != g_name_idx.end()) return it->second;
-  int64_t i = int64_t(g_names.size());
-  g_names.emplace_back(s);
-  g_name_idx.emplace(g_names.back(), i);
-  return i;
-}
-
-int64_t intern_node_locked(int64_t parent, int32_t kind, int64_t a, int64_t b) {
-  NodeKey k{parent, a, b, kind};
-  auto it = g_index.find(k);
-  if (it != g_index.end()) return it->second;
-  int64_t i = g_n_nodes.load(std::memory_order_relaxed);
-  if (!g_nodes->reserve(i) || !g_cpu->reserve(i)) {
-    g_dropped_nodes.fetch_add(1, std::memory_order_relaxed);
-    return parent;  // full (2^28 contexts): the work stays on the parent, never lost
-  }
-  (*g_nodes)[i] = Node{parent, a, b, kind};
-  (*g_cpu)[i].store(0, std::memory_order_relaxed);
-  g_index.emplace(k, i);
-  g_n_nodes.store(i + 1, std::memory_order_release);
-  return i;
-}
-
-int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
-  std::lock_guard<std::mutex> lk(g_mu);
-  return intern_node_locked(parent, kind, a, b);
-}
-
 // ----- phases -----
 // A recording's contexts hang from one node per phase (start-up, warm-up, steady, compile) under
 // the root, so every metric of the tree — host and op time, kernels by their launch, sync, idle,
@@ -140,24 +65,96 @@ int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
 // steady (after it, or after the first compile), compile (while torch.compile compiles, autotunes
 // or captures a CUDA graph).
 constexpr int64_t P_STARTUP = 0, P_WARMUP = 1, P_STEADY = 2, P_COMPILE = 3;
-std::atomic<int64_t> g_phase_node{0};   // the current phase's node (0, the root, with phases off)
-std::atomic<uint64_t> g_phase_gen{0};   // bumped at every change: threads re-derive their base
-std::atomic<bool> g_phase_auto{false};  // the first GPU launch ends the start-up phase
-std::mutex g_phase_mu;                  // guards the three below; taken before g_mu
-int64_t g_phase_base = P_STEADY, g_compile_depth = 0;
-std::vector<std::pair<int64_t, int64_t>> g_phase_log;  // (steady ns, phase) at every change
+
+// ----- backward links: (forward thread, sequence number) → forward op node -----
+
+// A ring per forward thread: a backward op follows its forward within the same step, so the
+// last 2^18 autograd ops of each thread are enough, in bounded memory (4 MiB a thread).
+constexpr int64_t kSeqBits = 18, kSeqSize = int64_t(1) << kSeqBits;
+struct SeqSlot {
+  std::atomic<int64_t> seq{-1};
+  std::atomic<int64_t> node{-1};
+};
+constexpr int64_t kMaxSeqThreads = 4096;
+
+// The trie, its phases, the threads that record into it and the backward links: what the op
+// callback and the CUPTI side share (the one instance, g_trie, is at static storage).
+struct Trie {
+  // The global trie. `mu` guards the index, the node count and the code/name tables; node
+  // records and cpu counters are read lock-free by the threads that learned their ids.
+  // Lock order: the GIL (if taken) before mu, never the other way round.
+  std::mutex mu;
+  Chunked<Node>* nodes = nullptr;
+  Chunked<std::atomic<int64_t>>* cpu = nullptr;
+  std::atomic<int64_t> n_nodes{0};
+  std::unordered_map<NodeKey, int64_t, NodeKeyHash> index;
+  std::vector<PyObject*> codes;  // strong references
+  std::unordered_map<PyObject*, int64_t> code_idx;
+  std::vector<std::string> names;
+  std::unordered_map<std::string, int64_t> name_idx;
+  std::atomic<uint64_t> epoch{1};  // a new recording invalidates every thread's caches
+  std::atomic<int64_t> dropped_nodes{0};
+
+  // Phases (above).
+  std::atomic<int64_t> phase_node{0};   // the current phase's node (0, the root, with phases off)
+  std::atomic<uint64_t> phase_gen{0};   // bumped at every change: threads re-derive their base
+  std::atomic<bool> phase_auto{false};  // the first GPU launch ends the start-up phase
+  std::mutex phase_mu;                  // guards the three below; taken before mu
+  int64_t phase_base = P_STEADY, compile_depth = 0;
+  std::vector<std::pair<int64_t, int64_t>> phase_log;  // (steady ns, phase) at every change
+
+  std::mutex threads_mu;
+  std::vector<ThreadState*> threads;  // every thread's state, for stats
+
+  // Backward links (above): each forward thread's ring, made at its first number.
+  std::atomic<SeqSlot*> seq[kMaxSeqThreads];
+  std::mutex seq_mu;
+};
+Trie g_trie;
+
+int64_t intern_name_locked(std::string_view s) {
+  auto it = g_trie.name_idx.find(std::string(s));
+  if (it != g_trie.name_idx.end()) return it->second;
+  int64_t i = int64_t(g_trie.names.size());
+  g_trie.names.emplace_back(s);
+  g_trie.name_idx.emplace(g_trie.names.back(), i);
+  return i;
+}
+
+int64_t intern_node_locked(int64_t parent, int32_t kind, int64_t a, int64_t b) {
+  NodeKey k{parent, a, b, kind};
+  auto it = g_trie.index.find(k);
+  if (it != g_trie.index.end()) return it->second;
+  int64_t i = g_trie.n_nodes.load(std::memory_order_relaxed);
+  if (!g_trie.nodes->reserve(i) || !g_trie.cpu->reserve(i)) {
+    g_trie.dropped_nodes.fetch_add(1, std::memory_order_relaxed);
+    return parent;  // full (2^28 contexts): the work stays on the parent, never lost
+  }
+  (*g_trie.nodes)[i] = Node{parent, a, b, kind};
+  (*g_trie.cpu)[i].store(0, std::memory_order_relaxed);
+  g_trie.index.emplace(k, i);
+  g_trie.n_nodes.store(i + 1, std::memory_order_release);
+  return i;
+}
+
+int64_t intern_node(int64_t parent, int32_t kind, int64_t a, int64_t b) {
+  std::lock_guard<std::mutex> lk(g_trie.mu);
+  return intern_node_locked(parent, kind, a, b);
+}
+
+// ----- phases (above) -----
 
 // `node`'s path, from below its phase node (or the root) down, interned again under the current
 // phase's node: a thread started in one phase works on in the next under the same path.
 int64_t rebase(int64_t node) {
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(g_trie.mu);
   std::vector<Node> chain;
-  for (int64_t n = node; n > 0; n = (*g_nodes)[n].parent) {
-    const Node& x = (*g_nodes)[n];
+  for (int64_t n = node; n > 0; n = (*g_trie.nodes)[n].parent) {
+    const Node& x = (*g_trie.nodes)[n];
     if (x.kind == N_PHASE) break;
     chain.push_back(x);
   }
-  int64_t p = g_phase_node.load(std::memory_order_acquire);
+  int64_t p = g_trie.phase_node.load(std::memory_order_acquire);
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) p = intern_node_locked(p, it->kind, it->a, it->b);
   return p;
 }
@@ -166,43 +163,43 @@ int64_t rebase(int64_t node) {
 // thread and for a thread of its own root (both re-derived by thread_base), else its path again.
 int64_t base_in_phase(int64_t base) {
   if (base <= 0) return -1;
-  int32_t kind = (*g_nodes)[base].kind;
+  int32_t kind = (*g_trie.nodes)[base].kind;
   if (kind == N_PHASE || kind == N_TID) return -1;
   return rebase(base);
 }
 
-// Under g_phase_mu: the phase now in force; a change interns its node and is logged.
+// Under g_trie.phase_mu: the phase now in force; a change interns its node and is logged.
 void phase_apply_locked() {
-  int64_t p = g_compile_depth > 0 ? P_COMPILE : g_phase_base;
-  if (!g_phase_log.empty() && g_phase_log.back().second == p) return;
-  g_phase_node.store(intern_node(0, N_PHASE, p, 0), std::memory_order_release);
-  g_phase_gen.fetch_add(1, std::memory_order_acq_rel);
-  g_phase_log.emplace_back(steady_ns(), p);
+  int64_t p = g_trie.compile_depth > 0 ? P_COMPILE : g_trie.phase_base;
+  if (!g_trie.phase_log.empty() && g_trie.phase_log.back().second == p) return;
+  g_trie.phase_node.store(intern_node(0, N_PHASE, p, 0), std::memory_order_release);
+  g_trie.phase_gen.fetch_add(1, std::memory_order_acq_rel);
+  g_trie.phase_log.emplace_back(steady_ns(), p);
 }
 
 // The session's calls (collectors/record/session.py): the base phase (warm-up → steady at the
 // first step), and compile brackets, which may nest and come from any thread.
 void set_phase(int64_t p) {
-  std::lock_guard<std::mutex> lk(g_phase_mu);
-  g_phase_base = p;
-  g_phase_auto.store(false);
+  std::lock_guard<std::mutex> lk(g_trie.phase_mu);
+  g_trie.phase_base = p;
+  g_trie.phase_auto.store(false);
   phase_apply_locked();
 }
 
 void compile_phase(int64_t delta) {
-  std::lock_guard<std::mutex> lk(g_phase_mu);
-  g_compile_depth = std::max<int64_t>(0, g_compile_depth + delta);
+  std::lock_guard<std::mutex> lk(g_trie.phase_mu);
+  g_trie.compile_depth = std::max<int64_t>(0, g_trie.compile_depth + delta);
   // The first compile's end ends the warm-up too: a program compiles on its first calls, and
   // what runs after is its loop (a decode loop has no optimizer step to say so).
-  if (delta < 0 && g_compile_depth == 0 && g_phase_base == P_WARMUP) g_phase_base = P_STEADY;
+  if (delta < 0 && g_trie.compile_depth == 0 && g_trie.phase_base == P_WARMUP) g_trie.phase_base = P_STEADY;
   phase_apply_locked();
 }
 
 // From the CUPTI launch callback (device.h): the program's first GPU work ends its start-up.
 void phase_first_launch() {
-  if (!g_phase_auto.exchange(false)) return;
-  std::lock_guard<std::mutex> lk(g_phase_mu);
-  if (g_phase_base == P_STARTUP) g_phase_base = P_WARMUP;
+  if (!g_trie.phase_auto.exchange(false)) return;
+  std::lock_guard<std::mutex> lk(g_trie.phase_mu);
+  if (g_trie.phase_base == P_STARTUP) g_trie.phase_base = P_WARMUP;
   phase_apply_locked();
 }
 
@@ -441,8 +438,6 @@ struct ThreadState {
 // Initial-exec: read with one instruction, not a __tls_get_addr call per op (the extension is
 // loaded after start-up; one pointer of static TLS is well within what glibc keeps for that).
 thread_local ThreadState* t_state __attribute__((tls_model("initial-exec"))) = nullptr;
-std::mutex g_threads_mu;
-std::vector<ThreadState*> g_threads;  // every thread's state, for stats
 
 ThreadState& tstate() {
   ThreadState* s = t_state;
@@ -451,10 +446,10 @@ ThreadState& tstate() {
     s->py = PyGILState_GetThisThreadState();
     s->tid = int64_t(syscall(SYS_gettid));
     s->rf_tid = at::RecordFunction::currentThreadId();  // fixed for the thread's life
-    std::lock_guard<std::mutex> lk(g_threads_mu);
-    g_threads.push_back(s);
+    std::lock_guard<std::mutex> lk(g_trie.threads_mu);
+    g_trie.threads.push_back(s);
   }
-  uint64_t e = g_epoch.load(std::memory_order_acquire);
+  uint64_t e = g_trie.epoch.load(std::memory_order_acquire);
   if (s->epoch != e) {
     s->epoch = e;
     s->frames.clear();
@@ -468,7 +463,7 @@ ThreadState& tstate() {
     s->seq_place = -1;
     s->launched.store(false, std::memory_order_relaxed);
   }
-  uint64_t g = g_phase_gen.load(std::memory_order_acquire);
+  uint64_t g = g_trie.phase_gen.load(std::memory_order_acquire);
   if (s->phase_gen != g) {  // a new phase: this thread's contexts hang from its node from now on
     s->phase_gen = g;
     s->base = base_in_phase(s->base);
@@ -477,28 +472,17 @@ ThreadState& tstate() {
   return *s;
 }
 
-// ----- backward links: (forward thread, sequence number) → forward op node -----
-
-// A ring per forward thread: a backward op follows its forward within the same step, so the
-// last 2^18 autograd ops of each thread are enough, in bounded memory (4 MiB a thread).
-constexpr int64_t kSeqBits = 18, kSeqSize = int64_t(1) << kSeqBits;
-struct SeqSlot {
-  std::atomic<int64_t> seq{-1};
-  std::atomic<int64_t> node{-1};
-};
-constexpr int64_t kMaxSeqThreads = 4096;
-std::atomic<SeqSlot*> g_seq[kMaxSeqThreads];
-std::mutex g_seq_mu;
+// ----- backward links (the rings above) -----
 
 void seq_store(uint64_t tid, int64_t seq, int64_t node) {
   if (tid >= uint64_t(kMaxSeqThreads) || seq < 0) return;
-  SeqSlot* ring = g_seq[tid].load(std::memory_order_acquire);
+  SeqSlot* ring = g_trie.seq[tid].load(std::memory_order_acquire);
   if (!ring) {
-    std::lock_guard<std::mutex> lk(g_seq_mu);
-    ring = g_seq[tid].load(std::memory_order_acquire);
+    std::lock_guard<std::mutex> lk(g_trie.seq_mu);
+    ring = g_trie.seq[tid].load(std::memory_order_acquire);
     if (!ring) {
       ring = new SeqSlot[kSeqSize];
-      g_seq[tid].store(ring, std::memory_order_release);
+      g_trie.seq[tid].store(ring, std::memory_order_release);
     }
   }
   SeqSlot& s = ring[seq & (kSeqSize - 1)];
@@ -509,7 +493,7 @@ void seq_store(uint64_t tid, int64_t seq, int64_t node) {
 
 int64_t seq_lookup(uint64_t tid, int64_t seq) {
   if (tid >= uint64_t(kMaxSeqThreads) || seq < 0) return -1;
-  SeqSlot* ring = g_seq[tid].load(std::memory_order_acquire);
+  SeqSlot* ring = g_trie.seq[tid].load(std::memory_order_acquire);
   if (!ring) return -1;
   SeqSlot& s = ring[seq & (kSeqSize - 1)];
   if (s.seq.load(std::memory_order_acquire) != seq) return -1;
@@ -527,7 +511,7 @@ void seq_claim(uint64_t tid, int64_t from, int64_t to, int64_t node) {
 
 void seq_clear() {
   for (int64_t i = 0; i < kMaxSeqThreads; ++i) {
-    SeqSlot* ring = g_seq[i].load(std::memory_order_acquire);
+    SeqSlot* ring = g_trie.seq[i].load(std::memory_order_acquire);
     if (ring)
       for (int64_t k = 0; k < kSeqSize; ++k) ring[k].seq.store(-1, std::memory_order_relaxed);
   }
