@@ -266,8 +266,19 @@ _KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Header) if f.n
 _HINTS: dict[str, Any] = {k: v for k, v in get_type_hints(Header).items() if k in _KEYS}
 
 
+_OPEN = dict[str, Any]
+_OPEN_LIST = list[dict[str, Any]]
+
+
 def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value is of a field's type (msgspec checks it, strictly: no "1" for 1)."""
+    """Whether a JSON value is of a field's type (msgspec checks it, strictly: no "1" for 1).
+    Open dicts, and lists of them, are checked one level deep: their values are anything, and a
+    recording's collective log can hold a million entries that msgspec would copy to check."""
+    inner = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
+    if len(inner) == 1 and inner[0] == _OPEN:
+        return isinstance(value, dict)
+    if len(inner) == 1 and inner[0] == _OPEN_LIST:
+        return isinstance(value, list) and all(isinstance(x, dict) for x in value)
     try:
         msgspec.convert(value, hint)
     except (msgspec.ValidationError, TypeError):
