@@ -5,12 +5,12 @@ renumbers the tree and totals every node's metrics)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import FrameTable
+from dlpt.header import Header
 from dlpt.metrics import COL, collective_mask, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.transforms import prune_empty
@@ -38,7 +38,7 @@ class ActivityColumns:
     skipped: int = 0
 
 
-def build_profile(builder: TreeBuilder, frames: FrameTable, cols: ActivityColumns, meta: dict[str, Any]) -> Profile:
+def build_profile(builder: TreeBuilder, frames: FrameTable, cols: ActivityColumns, meta: Header) -> Profile:
     """Renumber the tree in preorder and total the metrics of every node."""
     parent, frame, new_of_old = builder.preorder()
     i64 = np.int64

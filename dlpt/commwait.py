@@ -1,7 +1,7 @@
 """Comm wait: how long each rank's collectives waited for the last rank to arrive.
 
 A collective finishes only once every rank has entered it, so a rank that enters early waits
-for the last one. The recorder logs each collective op's calls (`meta["collectives"]`: the op's
+for the last one. The recorder logs each collective op's calls (`meta.collectives`: the op's
 path of frames, and each call's start and end in the wall clock). When all ranks' profiles are
 read together, the k-th call of the same op path on each rank is one instance of the
 collective (ranks issue their collectives in the same order: DDP's buckets, an all_reduce in the
@@ -55,7 +55,7 @@ def _node_of_path(profile: Profile, path: list[list[Any]]) -> int | None:
 def collective_span(profile: Profile) -> int | None:
     """The time from the rank's first collective's start to its last one's end (ns), the stretch
     over which it ran in step with the others; None where it logged none."""
-    log = profile.meta.get("collectives") or []
+    log = profile.meta.collectives or []
     starts = [min(e["start"]) for e in log if e.get("start")]
     ends = [max(e["end"]) for e in log if e.get("end")]
     return int(max(ends) - min(starts)) if starts and ends else None
@@ -80,7 +80,7 @@ def comm_wait_by_phase(profiles: list[Profile]) -> list[dict[str | None, np.ndar
     # are not seen on the host there, and NCCL's first call on a communicator waits on the host,
     # before any kernel, for every rank to join. Where a call and its kernel overlap, the union
     # below counts the wait once.
-    logs = [[e for e in p.meta.get("collectives") or [] if e.get("start")] for p in profiles]
+    logs = [[e for e in p.meta.collectives or [] if e.get("start")] for p in profiles]
     if sum(1 for g in logs if g) < 2:
         return None
     out: list[dict[str | None, np.ndarray]] = [{} for _ in profiles]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -80,7 +79,7 @@ def compile_summary(profile: Profile) -> dict[str, dict[str, int]]:
 
 
 def compile_apart(profile: Profile, include_compile: bool = False) -> Profile:
-    """The profile with its torch.compile summary in `meta["torch_compile"]` (for the headline;
+    """The profile with its torch.compile summary in `meta.torch_compile` (for the headline;
     read it before library frames are hidden: Dynamo's frames are library frames), and, unless
     `include_compile`, without the compile subtrees: what the flat view, hotspots and diff rank.
     Pure; without compile work, the profile itself."""
@@ -89,8 +88,7 @@ def compile_apart(profile: Profile, include_compile: bool = False) -> Profile:
         return profile
 
 
-    meta: dict[str, Any] = {**profile.meta, "torch_compile": compile_summary(profile),
-                            "torch_compile_included": bool(include_compile)}
+    meta = replace(profile.meta, torch_compile=compile_summary(profile), torch_compile_included=bool(include_compile))
     out = replace(profile, meta=meta)
     if include_compile:
         return out

@@ -181,7 +181,7 @@ def match(ea: list[Entry], eb: list[Entry], by: str) -> list[tuple[int | None, i
 
 
 def _name(p: Profile) -> str:
-    return str(p.path or p.meta.get("command") or p.frame_of(0).name)
+    return str(p.path or p.meta.command or p.frame_of(0).name)
 
 
 def diff_profiles(a: Profile, b: Profile, by: str = "line", metric: str | None = None,

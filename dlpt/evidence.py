@@ -144,13 +144,13 @@ def traits(whole: Profile) -> Traits:
     if graph_frames.any():
         gpu = whole.cct.inclusive[:, COL["gpu_time"]]
         t.graphed = bool((gpu[graph_frames[whole.cct.frame]] > 0).any())
-    collector = whole.meta.get("collector")
+    collector = whole.meta.collector
     mode = collector.get("graph_trace") if isinstance(collector, dict) else None
     t.graphs_per_kernel = t.graphed and whole.collector == "record" and mode != "graph"
-    phases = whole.meta.get("phases") or {}
+    phases = whole.meta.phases or {}
     if isinstance(phases, dict) and (phases.get(COMPILE) or {}).get("wall"):
         t.compiled = True
-    loaders = [x for x in whole.meta.get("dataloaders") or [] if isinstance(x, dict)]
+    loaders = [x for x in whole.meta.dataloaders or [] if isinstance(x, dict)]
     if loaders:
         t.loader_workers = max(int(x.get("num_workers") or 0) for x in loaders)
         t.loader_pinned = all(bool(x.get("pin_memory")) for x in loaders)

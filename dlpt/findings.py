@@ -324,15 +324,15 @@ def dataloader_wait(e: Evidence) -> Finding | None:
 def compile_time(e: Evidence) -> Finding | None:
     """torch.compile's one-off work, against the run's wall: worth a verdict when it is a large
     part of the run, or when the program compiled again after its steady state began."""
-    metas = [r for r in e.whole.meta.get("ranks") or [] if isinstance(r, dict)] or [e.whole.meta]
-    compiling = max((int(((m.get("phases") or {}).get(COMPILE) or {}).get("wall", 0)) for m in metas), default=0)
+    metas = e.whole.meta.per_rank()
+    compiling = max((int(((m.phases or {}).get(COMPILE) or {}).get("wall", 0)) for m in metas), default=0)
     run = max((rank_window(m)[0] or 0 for m in metas), default=0)
     if not compiling or not run:
         return None
     # A compile inside the loop: after a tenth of the steady state has run (a compile's first
     # calls come in a cluster — the graph, its CUDA-graph warm-up and recording — with moments of
     # steady state between them; those are not recompiles).
-    spans = [s for s in e.whole.meta.get("phase_spans") or [] if isinstance(s, list) and len(s) == 3]
+    spans = [s for s in e.whole.meta.phase_spans or [] if isinstance(s, list) and len(s) == 3]
     steady_total = sum(s[1] - s[0] for s in spans if s[2] == STEADY)
     again, ran = [], 0
     for s in spans:
@@ -361,13 +361,13 @@ def _rank_span(profile: Profile, rank: int, node: int) -> tuple[int, str]:
     last (start-up, model loading and the end left out: the wait can only fall inside it), else
     its recording window, else its host time; and that stretch's name. In a phase (dlpt/phases.py)
     its window there."""
-    for m in profile.meta.get("ranks") or []:
-        if isinstance(m, dict) and m.get("rank") == rank:
-            win = m.get("window")
+    for m in profile.meta.ranks or []:
+        if m.rank == rank:
+            win = m.window
             if isinstance(win, dict) and "wall" in win and win["wall"]:
-                return int(win["wall"]), f"its {profile.meta.get('phase', 'phase')} time"
-            if m.get("collective_span"):
-                return int(m["collective_span"]), "the time between its first and last collective"
+                return int(win["wall"]), f"its {profile.meta.phase or 'phase'} time"
+            if m.collective_span:
+                return int(m.collective_span), "the time between its first and last collective"
             wall = rank_window(m)[0]
             if wall:
                 return int(wall), "its wall time"
@@ -484,9 +484,9 @@ RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (
 
 def findings(profile: Profile) -> list[Finding]:
     """The rules whose figure crosses its threshold, the largest share of the steady state first
-    (the run's compile verdict last); those a command already judged (`meta["diagnosis"]`,
+    (the run's compile verdict last); those a command already judged (`meta.diagnosis`,
     dlpt.scope) as they were."""
-    kept = profile.meta.get("diagnosis")
+    kept = profile.meta.diagnosis
     if isinstance(kept, list):
         return [Finding(**d) for d in kept if isinstance(d, dict)]
     e = evidence(profile)

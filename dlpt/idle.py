@@ -23,30 +23,31 @@ preorder renumbering):
   interval `(start, end, node, thread, is_sync)`. A thread's intervals should not overlap (run
   lengths of samples, or the self intervals of nested spans); overlaps are cut and counted.
   `IdleBlame.per_node` is int64 per node summed over devices; `.totals()` the figures, `.meta()`
-  the `meta["gpu_idle"]` dict, `.skipped` what bad input was left out and why.
+  the `meta.gpu_idle` dict, `.skipped` what bad input was left out and why.
 - `idle_column(res, builder, frames, root)`: the `gpu_idle_time` column (nodes, values) for
   `ActivityColumns.extra`, with the start-up and unattributed rows made under `root`, so that the
   tree's sum equals the total idle.
-- `timeline(windows, busy, start, end)`: `meta["timeline"]`, the busy fraction in at most 500
+- `timeline(windows, busy, start, end)`: `meta.timeline`, the busy fraction in at most 500
   equal bins of the window.
 
 `dlpt.waits.waits(profile)` is the one reading of these meta fields for every viewer.
 
-The meta contract: `meta["window"] = {"start", "end"}` (wall = end − start);
-`meta["gpu_idle"] = {"busy", "idle", "host", "sync", "start-up", "unattributed", "devices":
+The meta contract: `meta.window = {"start", "end"}` (wall = end − start);
+`meta.gpu_idle = {"busy", "idle", "host", "sync", "start-up", "unattributed", "devices":
 {"0": {"window", "busy", "idle", "start-up", "unattributed"}}, "skipped": {reason: count}}`;
-`meta["timeline"] = {"t": [ns from the window's start], "gpu_busy": [fraction]}`.
+`meta.timeline = {"t": [ns from the window's start], "gpu_busy": [fraction]}`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from dlpt.cct import TreeBuilder
 from dlpt.frames import FrameTable, unattributed_frame
+from dlpt.header import GpuIdle, Timeline
 
 I64 = np.int64
 # The named rows (kind `unattributed`, `<unattributed: ...>`) holding the idle no line is blamed for.
@@ -153,15 +154,15 @@ class IdleBlame:
                 "sync": self.sync, "start-up": sum(x.startup for x in d),
                 "unattributed": sum(x.unattributed for x in d), "queued": sum(x.queued for x in d)}
 
-    def meta(self) -> dict[str, Any]:
-        """`meta["gpu_idle"]`: the totals, per device, and what was skipped."""
+    def meta(self) -> GpuIdle:
+        """`meta.gpu_idle`: the totals, per device, and what was skipped."""
         out: dict[str, Any] = dict(self.totals())
         out["devices"] = {str(k): {"window": v.window, "busy": v.busy, "idle": v.idle, "start-up": v.startup,
                                    "unattributed": v.unattributed, "queued": v.queued}
                           for k, v in sorted(self.devices.items())}
         out["skipped"] = dict(self.skipped)
         out["after_sync"] = self.after_sync
-        return out
+        return cast(GpuIdle, out)  # its keys are GpuIdle's (dlpt/header.py), in the order files have them
 
 
 def _disjoint_per_thread(hs: np.ndarray, he: np.ndarray,
@@ -350,8 +351,8 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
     return out
 
 
-def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> dict[str, Any]:
-    """`meta["gpu_idle"]` of several results over one window's parts (the phases of a run):
+def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> GpuIdle:
+    """`meta.gpu_idle` of several results over one window's parts (the phases of a run):
     their figures summed, device by device."""
     out = IdleBlame(per_node=np.zeros(0, dtype=I64), skipped=dict(skipped))
     for r in results:
@@ -385,8 +386,8 @@ def idle_column(res: IdleBlame, builder: TreeBuilder, frames: FrameTable,
 
 
 def timeline(windows: dict[int, tuple[int, int]], busy: dict[int, tuple[np.ndarray, np.ndarray]],
-             start: int, end: int, bins: int = TIMELINE_BINS) -> dict[str, list]:
-    """`meta["timeline"]`: the window [start, end) in at most `bins` equal stretches (`t`, each
+             start: int, end: int, bins: int = TIMELINE_BINS) -> Timeline:
+    """`meta.timeline`: the window [start, end) in at most `bins` equal stretches (`t`, each
     stretch's start in ns from `start`) and the fraction of the devices' time busy in each
     (`gpu_busy`, busy time summed over devices / (devices × stretch))."""
     span = int(end) - int(start)

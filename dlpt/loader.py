@@ -23,12 +23,12 @@ def open_profile(path: str, progress: Progress | None = None) -> Profile:
     with progress_for(progress) as prog:
         prof = import_traces(path, progress=prog)
     prof.path = path
-    nonfinite = int(prof.meta.get("nonfinite", 0) or 0)
+    nonfinite = prof.meta.nonfinite or 0
     if nonfinite:
         notice(f"warning: {path}: {nonfinite:,} NaN/Infinity value{'s' if nonfinite != 1 else ''} (first at byte "
-               f"{int(prof.meta.get('nonfinite_at', 0)):,} of its JSON), which JSON does not allow, read as "
+               f"{prof.meta.nonfinite_at or 0:,} of its JSON), which JSON does not allow, read as "
                "missing; an event whose time or duration was one is skipped")
-    skipped = int(prof.meta.get("skipped_events", 0) or 0)
+    skipped = prof.meta.skipped_events or 0
     if skipped:
         # Survivable damage: say how much was left out rather than dropping it silently.
         notice(f"warning: {path}: skipped {skipped:,} malformed events")

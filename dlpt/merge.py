@@ -9,8 +9,7 @@ renumbering), and frames are interned once each.
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from dlpt.cct import CCT
 from dlpt.commwait import collective_span, comm_wait_by_phase
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
+from dlpt.header import Header
 from dlpt.metrics import COL, METRICS
 from dlpt.phases import PHASES, STEADY, phase_profile_rows, table_of
 from dlpt.profile import Activities, PhaseTable, Profile, unknown_device_events
@@ -65,7 +65,7 @@ def rank_numbers(profiles: list[Profile], taken: set[int] | None = None) -> list
     distributedInfo) when every input has one and no two share it (`merge_profiles` refuses
     inputs that share one: dlpt/runs.py); else the inputs' order, skipping the numbers in
     `taken` (the ranks of inputs that are already merged)."""
-    known = [p.meta.get("rank") for p in profiles]
+    known = [p.meta.rank for p in profiles]
     if all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in known):
         if len(set(known)) == len(known) and not set(known) & (taken or set()):
             return [int(r) for r in known]  # type: ignore[arg-type]
@@ -106,7 +106,7 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
     frames = [np.array([root], dtype=np.int64)]
     excs = [np.zeros((1, len(METRICS)), dtype=np.int64)]
     act_parts: list[Activities] = []
-    ranks_meta: list[dict[str, Any]] = []
+    ranks_meta: list[Header] = []
     offset = 1
     # Comm wait needs every rank's collective calls side by side: estimated here, where the
     # ranks meet (dlpt/commwait.py).
@@ -130,13 +130,13 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
             par = cct.parent[1:]
             parents.append(np.where(par == 0, 0, par + shift))
             fr = fmap[cct.frame[1:]]
-            metas = [dict(m) for m in p.meta.get("ranks") or []]
+            metas = [replace(m) for m in p.meta.ranks or []]
             if i in renumber:  # --as-ranks: its ranks take the numbers given them
                 for j, (node, new_rank) in enumerate(zip(_top_nodes(p).tolist(), renumber[i])):
                     old_frame = p.frame_of(node)
                     fr[node - 1] = table.intern(rank_frame(new_rank, old_frame.file))
                     if j < len(metas):
-                        metas[j]["rank"] = new_rank
+                        metas[j].rank = new_rank
             frames.append(fr)
             excs.append(cct.exclusive[1:])
             excs[0] = excs[0] + cct.exclusive[:1]
@@ -191,10 +191,10 @@ def merge_profiles(profiles: list[Profile], as_ranks: bool = False) -> Profile:
             sources.setdefault(k, v)
     meta = _merged_meta(profiles, ranks_meta)
     if waits:
-        meta["comm_wait"] = "estimated per collective call from the ranks' start times (dlpt/commwait.py)"
-        dropped = sum(sum((profiles[i].meta.get("collectives_dropped") or {}).values()) for i in singles)
+        meta.comm_wait = "estimated per collective call from the ranks' start times (dlpt/commwait.py)"
+        dropped = sum(sum((profiles[i].meta.collectives_dropped or {}).values()) for i in singles)
         if dropped:
-            meta["comm_wait"] += f"; {dropped:,} collective entries past the log's limit were not kept: it is short"
+            meta.comm_wait += f"; {dropped:,} collective entries past the log's limit were not kept: it is short"
     out = Profile(frames=list(table.frames), cct=cct, activities=activities, meta=meta, sources=sources,
                   path=profiles[0].path)
     if phased:
@@ -212,37 +212,28 @@ def _remap(name: str, values: np.ndarray, node_of: np.ndarray, fmap: np.ndarray)
     return values
 
 
-def _rank_meta(rank: int, p: Profile) -> dict[str, Any]:
+def _rank_meta(rank: int, p: Profile) -> Header:
+    """The rank's entry in the merged header's `ranks`: its own figures, and what tells ranks of
+    one run from other runs (dlpt/runs.py), kept for the next merge."""
     m = p.meta
-    out: dict[str, Any] = {"rank": rank, "path": p.path}
-    for k in ("world_size", "local_rank", "host", "command", "source", "window", "gpu_idle", "memory", "phases",
-              # what tells ranks of one run from other runs (dlpt/runs.py), kept for the next merge
-              "run_id", "start_time", "wall_window", "host_pids", "unknown_device_events"):
-        if m.get(k) is not None:
-            out[k] = m[k]
-    span = collective_span(p)
-    if span:
-        out["collective_span"] = span
-    return out
+    return Header(rank=rank, path=p.path, world_size=m.world_size, local_rank=m.local_rank, host=m.host,
+                  command=m.command, source=m.source, window=m.window, gpu_idle=m.gpu_idle, memory=m.memory,
+                  phases=m.phases, run_id=m.run_id, start_time=m.start_time, wall_window=m.wall_window,
+                  host_pids=m.host_pids, unknown_device_events=m.unknown_device_events,
+                  collective_span=collective_span(p) or None)
 
 
-def _merged_meta(profiles: list[Profile], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _merged_meta(profiles: list[Profile], ranks: list[Header]) -> Header:
     sources = {p.collector for p in profiles}
     first = profiles[0].meta
-    meta: dict[str, Any] = {
-        "source": sources.pop() if len(sources) == 1 else "mixed",
-        "dlpt_version": __version__,
-        "command": first.get("command", ""),
-        "ranks": ranks,
-        "world_size": max([int(r.get("world_size") or 0) for r in ranks] + [len(ranks)]),
-    }
-    skipped = sum(int(p.meta.get("skipped_events", 0) or 0) for p in profiles)
-    if skipped:
-        meta["skipped_events"] = skipped
-    unknown = unknown_device_events(*profiles)
-    if unknown:
-        meta["unknown_device_events"] = unknown
-    for k in ("torch_version", "cuda_version", "devices", "cuda_runtime_version"):
-        if first.get(k) is not None:
-            meta[k] = first[k]
-    return meta
+    skipped = sum(p.meta.skipped_events or 0 for p in profiles)
+    return Header(
+        source=sources.pop() if len(sources) == 1 else "mixed",
+        dlpt_version=__version__,
+        command=first.command if first.command is not None else "",
+        ranks=ranks,
+        world_size=max([r.world_size or 0 for r in ranks] + [len(ranks)]),
+        skipped_events=skipped or None,
+        unknown_device_events=unknown_device_events(*profiles) or None,
+        torch_version=first.torch_version, cuda_version=first.cuda_version, devices=first.devices,
+        cuda_runtime_version=first.cuda_runtime_version)

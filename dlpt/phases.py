@@ -15,9 +15,9 @@ tree every view reads â€” the whole run, as a profile without phases would be â€
 `select_phase(profile, name)` gives a phase as a profile of its own (the same tree, that phase's
 metrics, its window and idle figures in meta), so every view, export and rule reads it unchanged.
 
-The phase figures in meta (`meta["phases"]`, written by the collector): per phase its `wall`
+The phase figures in meta (`meta.phases`, written by the collector): per phase its `wall`
 (ns of the window spent in it), its `window` (first start, last end) and `gpu_idle` (the same
-dict as `meta["gpu_idle"]`, of its stretches alone); `meta["phase_spans"]` the stretches
+dict as `meta.gpu_idle`, of its stretches alone); `meta.phase_spans` the stretches
 themselves, `[start, end, name]` in the window's clock, in order.
 
 A profile with no phase table (an older file, a trace without steps, a profile a transformation
@@ -27,12 +27,12 @@ made) is all steady state.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from dlpt.cct import CCT, sum_rows
 from dlpt.frames import Frame
+from dlpt.header import Header, PhaseMeta, Window
 from dlpt.metrics import COL
 from dlpt.profile import Activities, PhaseTable, Profile
 from dlpt.transforms import merge_map, nearest_marked, prune_empty
@@ -103,12 +103,13 @@ def split_phases(phased: Profile, names: dict[str, str]) -> Profile:
     act_phase = node_phase[acts.node] if len(acts) else np.zeros(0, I64)
     # Each phase's sync time in its figures, which outlive the table (a view's transformations
     # leave it behind; the header reads meta).
-    phases = {k: dict(v) for k, v in (merged.meta.get("phases") or {}).items() if isinstance(v, dict)}
+    phases: dict[str, PhaseMeta] = {k: PhaseMeta(**v) for k, v in (merged.meta.phases or {}).items()
+                                    if isinstance(v, dict)}
     for k, name in enumerate(order):
         if name in phases:
             phases[name]["sync"] = int(rows[table_phase == k, COL["sync_time"]].sum())
     if phases:
-        merged = replace(merged, meta={**merged.meta, "phases": phases})
+        merged = replace(merged, meta=replace(merged.meta, phases=phases))
     # Drop what is now empty (frames of the phase nodes), keeping the table's ids in step.
     return _with_table(merged, tuple(order), table_node, table_phase, rows, act_phase)
 
@@ -165,27 +166,24 @@ def select_phase(profile: Profile, name: str) -> Profile:
     return prune_empty(out)
 
 
-def phase_meta(meta: dict[str, Any], name: str) -> dict[str, Any]:
+def phase_meta(meta: Header, name: str) -> Header:
     """`meta` as phase `name`'s: its window (with its `wall`, the time spent in the phase) and its
     GPU idle figures in place of the run's, for the profile and each merged rank; `phase` names it."""
-    def one(m: dict[str, Any]) -> dict[str, Any]:
-        ph = (m.get("phases") or {}).get(name)
-        m = dict(m)
+    def one(m: Header) -> Header:
+        ph = (m.phases or {}).get(name)
         if isinstance(ph, dict):
-            m["window"] = dict(ph.get("window") or {}, wall=int(ph.get("wall", 0)))
-            if isinstance(ph.get("gpu_idle"), dict):
-                m["gpu_idle"] = ph["gpu_idle"]
-            else:
-                m.pop("gpu_idle", None)
-        elif m.get("phases"):
-            m["window"] = {"start": 0, "end": 0, "wall": 0}  # the run had no such phase
-            m.pop("gpu_idle", None)
-        return m
+            gi = ph.get("gpu_idle")
+            win: Window = {**(ph.get("window") or Window()), "wall": int(ph.get("wall", 0))}
+            return replace(m, window=win, gpu_idle=gi if isinstance(gi, dict) else None)
+        if m.phases:
+            # the run had no such phase
+            return replace(m, window=Window(start=0, end=0, wall=0), gpu_idle=None)
+        return replace(m)
 
     out = one(meta)
-    if isinstance(meta.get("ranks"), list):
-        out["ranks"] = [one(r) if isinstance(r, dict) else r for r in meta["ranks"]]
-    out["phase"] = name
+    if meta.ranks is not None:
+        out.ranks = [one(r) for r in meta.ranks]
+    out.phase = name
     return out
 
 
@@ -209,25 +207,25 @@ class PhaseFigures:
 def phase_figures(profile: Profile) -> list[PhaseFigures]:
     """The phases the run went through, in order, with their figures; [] for a profile without
     phase figures (an older profile, a trace without steps)."""
-    metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
-    if not any(m.get("phases") for m in metas):
+    metas = profile.meta.per_rank()
+    if not any(m.phases for m in metas):
         return []
     t = table_of(profile)
     out = []
     for name in PHASES:
-        walls = [int((m.get("phases") or {}).get(name, {}).get("wall", 0)) for m in metas]
+        walls = [int((m.phases or {}).get(name, {}).get("wall", 0)) for m in metas]
         if not max(walls, default=0):
             continue
         dev = busy = idle = 0
         known = False
         for m in metas:
-            gi = ((m.get("phases") or {}).get(name) or {}).get("gpu_idle")
+            gi = ((m.phases or {}).get(name) or {}).get("gpu_idle")
             if isinstance(gi, dict):
                 known = True
                 dev += sum(int(d.get("window", 0)) for d in (gi.get("devices") or {}).values())
                 busy += int(gi.get("busy", 0))
                 idle += int(gi.get("idle", 0))
-        sync = sum(int((m.get("phases") or {}).get(name, {}).get("sync", 0)) for m in metas)
+        sync = sum(int((m.phases or {}).get(name, {}).get("sync", 0)) for m in metas)
         if t is not None and not sync:
             _, rows = t.rows(name)
             sync = int(rows[:, COL["sync_time"]].sum()) if len(rows) else 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
+from dlpt.header import Header
 from dlpt.metrics import COL, REGISTRY, fmt_metric
 
 ACTIVITY_COLUMNS = ("node", "kind", "name", "device", "stream", "start", "duration", "bytes", "count")
@@ -77,26 +78,33 @@ class Profile:
     frames: list[Frame]
     cct: CCT
     activities: Activities = field(default_factory=Activities.empty)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Header = field(default_factory=Header)  # what is known about the run (dlpt/header.py)
     sources: dict[str, str] = field(default_factory=dict)  # file name → its text, as recorded
     path: str = ""
     # Each phase's metrics (dlpt/phases.py): read through `dlpt.phases.table_of`, which checks
     # that the table indexes this profile's own tree.
     phases: PhaseTable | None = field(default=None, repr=False, compare=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # `meta` given as a dict (user code, tests, profiles built by hand: Profile.meta was one)
+        # becomes the typed header, here at its one door, so every reader can trust it is one.
+        if name == "meta" and not isinstance(value, Header):
+            value = Header.from_dict(value)
+        object.__setattr__(self, name, value)
+
     @property
     def collector(self) -> str:
         """What made the profile: `record` for `dlpt record`, `kineto` for an imported trace,
-        `mixed` for ranks of both merged (stored as `meta["source"]`). Not to be confused with
+        `mixed` for ranks of both merged (stored as `meta.source`). Not to be confused with
         `sources`, the text of the program's files."""
-        return str(self.meta.get("source", "kineto"))
+        return self.meta.source if self.meta.source is not None else "kineto"
 
     def __repr__(self) -> str:
         """One short line (the dataclass's own repr would print every array). In a notebook the
         HTML view shows instead (`_repr_html_`, bound by the `dlpt` package)."""
         metric = default_metric(self)
         total = int(self.cct.exclusive[:, COL[metric]].sum()) if len(self.cct) else 0
-        name = self.path or self.meta.get("command") or "in memory"
+        name = self.path or self.meta.command or "in memory"
         value = fmt_metric(metric, total)
         return (f"<dlpt.Profile {name!r} ({self.collector}): {len(self.cct):,} nodes, "
                 f"{len(self.activities):,} activity rows, {metric} {value}>")
@@ -137,7 +145,7 @@ def unknown_device_events(*profiles: Profile) -> dict[str, int]:
     profiles: a trace of hardware dlpt does not know has its work there, not in `kernel`."""
     out: dict[str, int] = {}
     for p in profiles:
-        for cat, n in (p.meta.get("unknown_device_events") or {}).items():
+        for cat, n in (p.meta.unknown_device_events or {}).items():
             out[cat] = out.get(cat, 0) + int(n)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dlpt.errors import DlptError
+from dlpt.header import Header
 from dlpt.merge import rank_of
 from dlpt.metrics import COL, COUNT_METRICS, is_collective, metric_column
 from dlpt.profile import Profile
@@ -42,15 +43,15 @@ def select_rank(profile: Profile, rank: int) -> Profile:
     for r, node in nodes:
         if r == rank:
             out = focus(profile, node)
-            meta = {k: v for k, v in profile.meta.items() if k != "ranks"}
-            meta.update(next((m for m in profile.meta.get("ranks") or [] if m.get("rank") == rank), {}))
-            return replace(out, meta=meta)
+            # The merged header without its ranks, this rank's own fields over it.
+            mine = next((m for m in profile.meta.ranks or [] if m.rank == rank), Header())
+            return replace(out, meta=replace(profile.meta, ranks=None).updated(mine))
     have = [r for r, _ in nodes]
     if not have:
-        mine = profile.meta.get("rank", 0)
-        if mine == rank:
+        own = profile.meta.rank if profile.meta.rank is not None else 0
+        if own == rank:
             return profile
-        have = [mine]
+        have = [own]
     raise DlptError(f"no rank {rank} in {profile.path or 'the profile'}; it has rank "
                     f"{', '.join(map(str, have))}: choose one of those with --rank")
 
@@ -266,9 +267,9 @@ def stragglers(profile: Profile) -> dict[str, dict[str, Any] | None]:
 
 def judged_straggler(profile: Profile, metric: str) -> tuple[dict[str, Any] | None, str | None]:
     """(the straggler verdict in `metric`, the phase it is of): the one a command judged on the
-    steady state (`meta["stragglers"]`, dlpt.scope), else `straggler` of the profile as given
+    steady state (`meta.stragglers`, dlpt.scope), else `straggler` of the profile as given
     (phase None)."""
-    kept = profile.meta.get("stragglers")
+    kept = profile.meta.stragglers
     if isinstance(kept, dict) and isinstance(kept.get("verdicts"), dict):
         return kept["verdicts"].get(metric), kept.get("phase")
     return straggler(profile, metric), None

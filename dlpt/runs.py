@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from dlpt.header import Header
 from dlpt.profile import Profile
 
 # Ranks of one run are profiled at the same time; two nodes' clocks may differ by a little (NTP
@@ -58,13 +59,13 @@ def _int(x: object) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def _window(meta: dict[str, Any]) -> tuple[tuple[int, int] | None, bool]:
-    w = meta.get("wall_window")
+def _window(meta: Header) -> tuple[tuple[int, int] | None, bool]:
+    w = meta.wall_window
     if isinstance(w, dict):
         lo, hi = _int(w.get("start")), _int(w.get("end"))
         if lo is not None and hi is not None and hi >= lo:
             return (lo, hi), True
-    start = meta.get("start_time")
+    start = meta.start_time
     if isinstance(start, str):
         try:
             t = _dt.datetime.fromisoformat(start)
@@ -77,20 +78,20 @@ def _window(meta: dict[str, Any]) -> tuple[tuple[int, int] | None, bool]:
         # microseconds), so its length places it on the wall clock. Except with --steps: there,
         # files recorded before that took the session's start, with nothing to tell them apart,
         # so a steps window is placed by its start alone (the minute's slack).
-        w = meta.get("window")
+        w = meta.window
         if (isinstance(w, dict) and _int(w.get("start")) is not None and _int(w.get("end")) is not None
-                and not meta.get("steps")):
+                and not meta.steps):
             return (ns, ns + max(int(w["end"]) - int(w["start"]), 0)), True
         return (ns, ns), False
     return None, False
 
 
-def _rank(path: str, group: int, meta: dict[str, Any]) -> _Rank:
-    world = _int(meta.get("world_size"))
-    run_id = meta.get("run_id")
-    pids = meta.get("host_pids")
+def _rank(path: str, group: int, meta: Header) -> _Rank:
+    world = _int(meta.world_size)
+    run_id = meta.run_id
+    pids = meta.host_pids
     window, exact = _window(meta)
-    return _Rank(path=path, group=group, rank=_int(meta.get("rank")),
+    return _Rank(path=path, group=group, rank=_int(meta.rank),
                  world=world if world is not None and world > 0 else None,
                  run_id=run_id if isinstance(run_id, str) and run_id else None,
                  pids=frozenset(p for p in pids if _int(p) is not None) if isinstance(pids, list) else frozenset(),
@@ -102,8 +103,7 @@ def _ranks(profiles: Sequence[Profile], merged: Sequence[bool]) -> list[_Rank]:
     for g, (p, m) in enumerate(zip(profiles, merged)):
         path = p.path or f"input {g + 1}"
         if m:  # an already merged input: its ranks, each named by the input and its number
-            out.extend(_rank(f"{path} (rank {meta.get('rank')})", g, meta)
-                       for meta in p.meta.get("ranks") or [] if isinstance(meta, dict))
+            out.extend(_rank(f"{path} (rank {meta.rank})", g, meta) for meta in p.meta.ranks or [])
         else:
             out.append(_rank(path, g, p.meta))
     return out
@@ -129,7 +129,7 @@ def _differs(ranks: list[_Rank], value: Callable[[_Rank], object]) -> _Rank | No
 def run_conflict(profiles: Sequence[Profile], merged: Sequence[bool]) -> str | None:
     """Why `profiles` are not the ranks of one run, naming two of them (the module's rules, in
     that order), or None when nothing they record says so. `merged[i]`: profile i already holds
-    several ranks (its `meta["ranks"]` describe them). Linear in the number of ranks."""
+    several ranks (its `meta.ranks` describe them). Linear in the number of ranks."""
     ranks = _ranks(profiles, merged)
     n = len(ranks)
     by_rank: dict[int, _Rank] = {}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from dlpt.compile_time import compile_apart
 from dlpt.findings import findings
+from dlpt.header import Stragglers
 from dlpt.phases import ALL, STEADY, has_phases, select_phase
 from dlpt.profile import Profile
 from dlpt.ranks import is_multi_rank, stragglers
@@ -33,13 +34,14 @@ class Scope:
         start-up (DDP's rendezvous, one rank building the model or loading a checkpoint) would
         name a rank that is slow only there."""
         found = [f.to_json() for f in findings(profile)]
-        extra: dict = {"diagnosis": found}
+        verdicts: Stragglers | None = None
         if is_multi_rank(profile):
             phased = has_phases(profile)
             steady = self._views(select_phase(profile, STEADY) if phased else profile)
-            extra["stragglers"] = {"phase": STEADY if phased else ALL, "verdicts": stragglers(steady)}
+            verdicts = {"phase": STEADY if phased else ALL, "verdicts": stragglers(steady)}
         prof = self._views(select_phase(profile, self.phase))
-        return replace(prof, meta={**prof.meta, **extra})
+        meta = replace(prof.meta, diagnosis=found, stragglers=verdicts or prof.meta.stragglers)
+        return replace(prof, meta=meta)
 
     def _views(self, prof: Profile) -> Profile:
         # compile_apart first: it reads Dynamo's frames, which are library frames. One collapse

@@ -29,6 +29,7 @@ import numpy as np
 from dlpt.cct import CCT
 from dlpt.errors import DlptError
 from dlpt.frames import Frame
+from dlpt.header import Header
 from dlpt.metrics import ACTIVITY_KIND_NAMES, COL, METRICS, METRICS_V1, collective_mask, comm_column, fmt_bytes
 from dlpt.output import fsync_path, make_temp, new_file_mode, remove_temp_files, unlink_quietly
 from dlpt.phases import PhaseTable, table_of
@@ -172,7 +173,9 @@ def _write(con: sqlite3.Connection, profile: Profile) -> None:
     con.executescript(_SCHEMA)
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     arrays, table = _arrays(profile)
-    meta = dict(profile.meta)
+    # The header's keys and JSON values as they always were (dlpt/header.py): older dlpt
+    # versions read the table as before.
+    meta = profile.meta.to_dict()
     meta["format"] = MAGIC
     meta["metrics"] = list(METRICS)
     # A CRC-32 of every array's bytes: SQLite checks its own structure, not its values, so one
@@ -362,8 +365,10 @@ def _read(con: sqlite3.Connection, path: str) -> Profile:
         raise _damaged(path, "activities refer to missing nodes")
     with _reading(path, "its source snapshots"):
         sources = dict(con.execute("SELECT file, text FROM sources")) if "sources" in tables else {}
-    prof = Profile(frames=frames, cct=cct, activities=act, meta=meta, sources=sources, path=path)
     names = meta.pop("phase_table", None)
+    # Typed here, from the table's keys (dlpt/header.py): unknown ones kept for the next save.
+    prof = Profile(frames=frames, cct=cct, activities=act, meta=Header.from_dict(meta, version), sources=sources,
+                   path=path)
     if isinstance(names, list) and "phase.node" in arrays:
         with _reading(path, "its phase table"):
             node, phase = arrays["phase.node"], arrays["phase.phase"]

@@ -6,8 +6,9 @@ importer) that every view shows."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from dlpt.header import GpuIdle, Header
 from dlpt.metrics import COL
 from dlpt.profile import Profile
 
@@ -44,14 +45,14 @@ class Waits:
         return out
 
 
-def rank_window(meta: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+def rank_window(meta: Header) -> tuple[int | None, GpuIdle | None]:
     """(wall time of the recording window, the gpu_idle figures) of one profile's or one merged
     rank's meta; None where it has none."""
-    win = meta.get("window")
+    win = meta.window
     wall = int(win["end"]) - int(win["start"]) if isinstance(win, dict) and "end" in win and "start" in win else None
     if isinstance(win, dict) and "wall" in win:
         wall = int(win["wall"])  # a phase's window (dlpt/phases.py): the time spent in it, not its span
-    gi = meta.get("gpu_idle")
+    gi = meta.gpu_idle
     return wall, gi if isinstance(gi, dict) else None
 
 
@@ -59,8 +60,7 @@ def waits(profile: Profile) -> Waits:
     """The profile's wait figures; a merged profile's are its ranks' summed (wall: the longest)."""
     tot = profile.cct.exclusive.sum(axis=0)
     out = Waits(sync_time=int(tot[COL["sync_time"]]), host_time=int(tot[COL["host_time"]]))
-    metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
-    for m in metas:
+    for m in profile.meta.per_rank():
         wall, gi = rank_window(m)
         if wall is not None:
             out.wall = max(out.wall or 0, wall)
@@ -72,7 +72,7 @@ def waits(profile: Profile) -> Waits:
         out.busy = (out.busy or 0) + int(gi.get("busy", 0))
         out.idle = (out.idle or 0) + int(gi.get("idle", 0))
         for k in IDLE_PARTS:
-            out.idle_parts[k] = out.idle_parts.get(k, 0) + int(gi.get(k, 0))
+            out.idle_parts[k] = out.idle_parts.get(k, 0) + int(cast(dict[str, Any], gi).get(k, 0))
         out.after_sync += int(gi.get("after_sync", 0))
         for k, v in (gi.get("skipped") or {}).items():
             out.skipped[k] = out.skipped.get(k, 0) + int(v)
@@ -102,11 +102,11 @@ class MemoryPeak:
 
 def memory_peak(profile: Profile) -> MemoryPeak | None:
     """The profile's memory headline, None when it recorded no GPU memory."""
-    metas = [r for r in profile.meta.get("ranks") or [] if isinstance(r, dict)] or [profile.meta]
+    metas = profile.meta.per_rank()
     out: MemoryPeak | None = None
     best = -1
     for m in metas:
-        mem = m.get("memory")
+        mem = m.memory
         if not isinstance(mem, dict) or not mem.get("peak_allocated"):
             continue
         peak = int(mem["peak_allocated"])
@@ -121,6 +121,6 @@ def memory_peak(profile: Profile) -> MemoryPeak | None:
             out.peak_at, out.peak_step = str(mem.get("peak_at") or ""), mem.get("peak_step")
             out.oom = mem.get("oom")
     if out is not None and len(metas) == 1:
-        tl = profile.meta.get("timeline") or {}
+        tl = profile.meta.timeline or {}
         out.series = [int(v) for v in tl.get("allocated") or []]
     return out

@@ -9,6 +9,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.memory import add_memory, series
 from dlpt.frames import Frame, FrameTable, source_frame
+from dlpt.header import Header
 from dlpt.memory import BEFORE_RECORDING
 from dlpt.metrics import COL
 
@@ -45,7 +46,7 @@ def tree():
 
 def test_columns_remainder_and_meta():
     frames, b, nmap = tree()
-    out, meta = ActivityColumns(), {}
+    out, meta = ActivityColumns(), Header()
     add_memory(raw(), nmap, b, frames, out, meta)
     prof = build_profile(b, frames, out, meta)
     inc, exc = prof.cct.inclusive, prof.cct.exclusive
@@ -70,9 +71,9 @@ def test_series_carries_levels_through_empty_bins():
 
 def test_not_recorded():
     frames, b, nmap = tree()
-    out, meta = ActivityColumns(), {}
+    out, meta = ActivityColumns(), Header()
     add_memory(raw(recorded=False), nmap, b, frames, out, meta)
-    assert meta == {} and out.extra == {}
+    assert meta == Header() and out.extra == {}
     add_memory(raw(recorded=False, error="the CUDA allocator has no trace hook"), nmap, b, frames, out, meta)
     assert meta["memory"] == {"recorded": False, "why": "the CUDA allocator has no trace hook"}
     add_memory(None, nmap, b, frames, out, meta)

@@ -78,7 +78,7 @@ def summary(profile: Profile, metric: str = "gpu_time", unit: str = "us") -> dic
     for k, v in waits(profile).to_json().items():
         out[k] = {p: t(x) for p, x in v.items()} if isinstance(v, dict) else (None if v is None else t(v))
     # The run's phases (dlpt/phases.py) and which one the figures above are of.
-    out["phase"] = str(profile.meta.get("phase", ALL))
+    out["phase"] = profile.meta.phase if profile.meta.phase is not None else ALL
     figs = phase_figures(profile)
     if figs:
         out["phases"] = {f.name: {"wall_time": t(f.wall), "gpu_busy_time": None if f.busy is None else t(f.busy),
@@ -190,8 +190,8 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
     return {
         "schema": SCHEMA,
         "profile": {"path": profile.path, "source": profile.collector,
-                    "command": str(meta.get("command", "")),
-                    "dlpt_version": str(meta.get("dlpt_version", ""))},
+                    "command": meta.command if meta.command is not None else "",
+                    "dlpt_version": meta.dlpt_version if meta.dlpt_version is not None else ""},
         "unit": "us",
         "metric": metric,
         "summary": summary(view, metric),

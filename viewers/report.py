@@ -50,10 +50,10 @@ def header(profile: Profile, metric: str) -> list[str]:
     cct = profile.cct
     tot = cct.exclusive.sum(axis=0)
     gpu = int(tot[COL["gpu_time"]])
-    src = profile.meta.get("command") or profile.path or ""
+    src = profile.meta.command or profile.path or ""
     kind = "recorded" if profile.collector == "record" else "Kineto trace"
-    lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.get('command') else str(src))} ({kind})"]
-    steps = profile.meta.get("steps")
+    lines = [f"dlpt · {safe_text(os.path.basename(str(src)) if not profile.meta.command else str(src))} ({kind})"]
+    steps = profile.meta.steps
     if isinstance(steps, list) and len(steps) == 2:
         # A --steps window: every figure below covers those steps only.
         lines[0] += f" · steps {steps[0]}–{steps[1] - 1} (--steps {steps[0]}:{steps[1]})"
@@ -103,7 +103,7 @@ def phase_lines(profile: Profile) -> list[str]:
                 extra.append(f"sync {fmt_time(f.sync)}")
             text += f" ({', '.join(extra)})" if extra else ""
         parts.append(text)
-    shown = str(profile.meta.get("phase", ALL))
+    shown = profile.meta.phase if profile.meta.phase is not None else ALL
     what = (f"showing {shown} (--phase {shown})" if shown != ALL
             else "showing all (--phase picks one; the diagnosis reads the steady state)")
     return [f"phases: {' · '.join(parts)}; {what}"]
@@ -175,7 +175,7 @@ def sparkline(values: list[int], width: int) -> str:
 def compile_lines(profile: Profile) -> list[str]:
     """torch.compile's one-off work on a line of its own (`dlpt.compile_time`), e.g.
     `torch.compile: 0.74 s GPU (autotuning) · 12.1 s host op time (compiling)`."""
-    s = profile.meta.get("torch_compile")
+    s = profile.meta.torch_compile
     if not s:
         return []
     # The wall-clock time spent compiling, as a user reads it, is the compile phase's.
@@ -189,7 +189,7 @@ def compile_lines(profile: Profile) -> list[str]:
     wall = waits(profile).wall
     if wall and any(int(v.get("host_time") or 0) > wall for v in s.values()):
         parts.append("host time sums every thread's: Inductor's compile workers run side by side")
-    how = ("ranked with the rest (--include-compile)" if profile.meta.get("torch_compile_included")
+    how = ("ranked with the rest (--include-compile)" if profile.meta.torch_compile_included
            else "not in the flat view; --include-compile ranks it")
     return [f"torch.compile: {' · '.join(parts)} ({how})"]
 
@@ -197,7 +197,7 @@ def compile_lines(profile: Profile) -> list[str]:
 def graph_lines(profile: Profile) -> list[str]:
     """A recording that traced CUDA-graph replays per graph (`--cuda-graph-trace graph`,
     collectors/native/device.h) says how its kernel times inside replays were made."""
-    c = profile.meta.get("collector")
+    c = profile.meta.collector
     if not isinstance(c, dict) or c.get("graph_trace") != "graph":
         return []
     spans, traced = int(c.get("graph_replays_per_graph") or 0), int(c.get("graph_replays_per_kernel") or 0)

@@ -12,6 +12,7 @@ from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, d
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
 from dlpt.frames import Frame, FrameTable
+from dlpt.header import Header, Window
 from dlpt.profile import Profile
 from dlpt.progress import Progress
 from dlpt.version import __version__
@@ -49,7 +50,7 @@ def _import_traces(paths: list[str] | str, progress: Progress | None) -> Profile
         part.path = f
         parts.append(part)
     merged = merge_profiles(parts)
-    merged.meta["traces"] = files
+    merged.meta.traces = files
     return merged
 
 
@@ -57,42 +58,41 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
     frames = FrameTable()
     builder = TreeBuilder(frames.intern(Frame("root", os.path.basename(f))))
     out = ActivityColumns()
-    meta: dict[str, object] = {"source": "kineto", "dlpt_version": __version__,
-                               "command": "", "traces": [f]}
+    meta = Header(source="kineto", dlpt_version=__version__, command="", traces=[f])
     if progress:
         progress(f"reading {os.path.basename(f)}", k, n)
     notes: dict[str, int] = {}
     trace, cols = _read(f, notes)
-    meta.update(notes)  # NaN and Infinity read as missing (nonfinite.py): how many, and where
+    # NaN and Infinity read as missing (nonfinite.py): how many, and where the first was
+    meta.nonfinite, meta.nonfinite_at = notes.get("nonfinite"), notes.get("nonfinite_at")
     rank = trace.distributedInfo.rank if trace.distributedInfo is not None else None
     if isinstance(rank, int) and not isinstance(rank, bool):
-        meta["rank"] = rank
+        meta.rank = rank
     # The host process: two traces of one process are not two ranks (dlpt/runs.py).
     pids = sorted({pid for pid, _ in cols.thread_ids if as_int(pid) >= 0})
     if pids:
-        meta["host_pids"] = pids
+        meta.host_pids = pids
     unknown = unknown_device_events(cols)
     if unknown:
-        meta["unknown_device_events"] = unknown
+        meta.unknown_device_events = unknown
     window = _wall_window(as_int(trace.baseTimeNanoseconds, 0), cols)
     if window is not None:
-        meta["wall_window"] = window
+        meta.wall_window = window
     link_columns(trace, cols, builder, frames, 0, out, meta)
     add_meta(meta, cols.memory)  # memory and its timeline, from `[memory]` events
     del cols
     if isinstance(trace.deviceProperties, list):
         devices = [d for d in trace.deviceProperties if isinstance(d, dict)]
         if devices:
-            meta["devices"] = devices
-    for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version"):
-        v = getattr(trace, key)
-        if v is not None:
-            meta.setdefault(key, v)
+            meta.devices = devices
+    meta.cuda_runtime_version = trace.cuda_runtime_version
+    meta.cuda_driver_version = trace.cuda_driver_version
+    meta.cupti_version = trace.cupti_version
     if trace.distributedInfo is not None and isinstance(trace.distributedInfo.world_size, int):
-        meta["world_size"] = trace.distributedInfo.world_size
+        meta.world_size = trace.distributedInfo.world_size
     if progress:
         progress("linking", k + 1, n)
-    meta["skipped_events"] = out.skipped
+    meta.skipped_events = out.skipped
     return build_profile(builder, frames, out, meta)
 
 
@@ -101,7 +101,7 @@ def _import_one(f: str, progress: Progress | None, k: int, n: int) -> Profile:
 _EPOCH_2001_NS = 10**18
 
 
-def _wall_window(base: int, cols: Columns) -> dict[str, int] | None:
+def _wall_window(base: int, cols: Columns) -> Window | None:
     """{start, end}: when the trace's first event began and its last ended, in ns since the Unix
     epoch. Kineto writes times relative to `baseTimeNanoseconds` (the wall clock floored to a
     quarter year, the same on every rank), and wrote them absolute before it had one."""

@@ -20,7 +20,6 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from dlpt.collectors.kineto.paths import PathNodes, span_paths
 from dlpt.collectors.kineto.waits import wait_metrics
 from dlpt.collectors.kineto.walk import SpanWalk
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, unattributed_frame
+from dlpt.header import Header
 from dlpt.metrics import ACTIVITY_KIND_INFO
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -62,7 +62,7 @@ def _first_ops_at(ops_sorted: np.ndarray, thread: np.ndarray, start: np.ndarray,
 
 
 def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: FrameTable, base: int,
-                 out: ActivityColumns, meta: dict[str, Any] | None = None) -> None:
+                 out: ActivityColumns, meta: Header | None = None) -> None:
     """Place every GPU activity of a trace, its events sorted into `cols`, into `builder` beneath
     node `base`; `trace` gives only its metadata.
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.frames import FrameTable, unattributed_frame
+from dlpt.header import Header
 from dlpt.memory import BEFORE_RECORDING, attribute, node_place, timeline
 
 MEMORY_EVENT = "[memory]"
@@ -51,7 +51,7 @@ class MemoryEvents:
         self.reserved: list[int] = []
         self.other = 0  # host (CPU) memory events: not GPU memory
         self.damaged = 0
-        self.meta: dict[str, Any] = {}
+        self.meta = Header()  # its `memory` and `timeline`, for the profile's (add_meta)
 
     def add(self, events: list) -> None:
         for e in events:
@@ -136,30 +136,32 @@ def place_memory(mem: MemoryEvents, thread_ids: dict[tuple, int], thread: np.nda
                         ("peak_bytes", res.peak_bytes)):
         nz = np.flatnonzero(col)
         out.extra[metric] = (nz, col[nz])
-    meta = res.meta()
-    meta["host_memory_events"] = mem.other
-    meta["damaged_memory_events"] = mem.damaged
+    figures = res.meta()
+    figures["host_memory_events"] = mem.other
+    figures["damaged_memory_events"] = mem.damaged
     top = max(res.devices, key=lambda d: res.devices[d].peak_allocated)
     pk = res.devices[top].index
-    meta["peak_at"] = node_place(builder.parent, builder.frame, frames, int(node[pk])) if node[pk] >= 0 else BEFORE_RECORDING
-    meta["peak_step"] = _step_at(span_of[pk], parent, names)
-    mem.meta["memory"] = meta
+    figures["peak_at"] = node_place(builder.parent, builder.frame, frames, int(node[pk])) if node[pk] >= 0 else BEFORE_RECORDING
+    figures["peak_step"] = _step_at(span_of[pk], parent, names)
+    mem.meta.memory = figures
     on = device == top
     ts = ts[on]
     t0, t1 = int(ts.min()), int(ts.max()) + 1
     alloc_series = timeline(ts, np.maximum(total[on], 0), t0, t1)
-    mem.meta["timeline"] = {"mem_t": np.linspace(0, t1 - t0, len(alloc_series) + 1)[:-1].astype(np.int64).tolist(),
+    mem.meta.timeline = {"mem_t": np.linspace(0, t1 - t0, len(alloc_series) + 1)[:-1].astype(np.int64).tolist(),
                             "allocated": alloc_series, "reserved": timeline(ts, np.maximum(reserved[on], 0), t0, t1),
                             "mem_device": top}
 
 
-def add_meta(meta: dict[str, Any], mem: MemoryEvents) -> None:
+def add_meta(meta: Header, mem: MemoryEvents) -> None:
     """The memory meta into a profile's; the timeline's keys beside those already there."""
-    for key, value in mem.meta.items():
-        if key == "timeline" and isinstance(meta.get(key), dict):
-            meta[key].update(value)
+    if mem.meta.memory is not None:
+        meta.memory = mem.meta.memory
+    if mem.meta.timeline is not None:
+        if meta.timeline is not None:
+            meta.timeline.update(mem.meta.timeline)  # beside the busy fraction's keys
         else:
-            meta[key] = value
+            meta.timeline = mem.meta.timeline
 
 
 def _step_at(span: int, parent: list[int], names: list[str]) -> int | None:

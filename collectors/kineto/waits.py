@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from dlpt.cct import TreeBuilder, add_exact
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.collectors.kineto.decode import LAUNCH, PY
 from dlpt.frames import FrameTable
+from dlpt.header import Header
 from dlpt.idle import activity_windows, blame, idle_column, split_by_device, timeline
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.
 def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndarray], np.ndarray],
                  gpu: list[tuple],
                  builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int, out: ActivityColumns,
-                 meta: dict[str, Any], launch_of_corr: dict[int, int] | None = None) -> None:
+                 meta: Header, launch_of_corr: dict[int, int] | None = None) -> None:
     """Add host_time, sync_time and gpu_idle_time to `out.extra` (nodes made in `builder` as
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
     `meta`. `node_ids` gives the tree nodes of spans (the linker makes them on demand).
@@ -139,7 +140,7 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndar
         ready = split_by_device(g_dev[has], launched[has], g_start[has])
     if not windows:
         if len(kind):  # no GPU work: the window is the host's
-            meta["window"] = {"start": base_ns + int(start.min()), "end": base_ns + int(raw_end.max())}
+            meta.window = {"start": base_ns + int(start.min()), "end": base_ns + int(raw_end.max())}
         return
     # Host intervals: the threads that call the runtime, their innermost Python, op and
     # annotation spans, and their synchronize calls (a launch's own time is its op's).
@@ -152,6 +153,6 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndar
     out.extra["gpu_idle_time"] = idle_column(res, builder, frames, base)
     w0 = min(w[0] for w in windows.values())
     w1 = max(w[1] for w in windows.values())
-    meta["window"] = {"start": base_ns + w0, "end": base_ns + w1}
-    meta["gpu_idle"] = res.meta()
-    meta["timeline"] = timeline(windows, busy, w0, w1)
+    meta.window = {"start": base_ns + w0, "end": base_ns + w1}
+    meta.gpu_idle = res.meta()
+    meta.timeline = timeline(windows, busy, w0, w1)

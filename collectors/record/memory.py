@@ -4,9 +4,9 @@ meta for the recorder's profile.
 Per node: `alloc_bytes`, `alloc_count`, and `peak_bytes` — bytes the node allocated that were
 still live at each device's peak, summed over devices. What was allocated before recording
 began and still live at a peak is the named row `BEFORE_RECORDING`, so the tree's total of
-peak_bytes is the sum of the devices' peaks. `meta["memory"]` holds the peaks, where and at which
+peak_bytes is the sum of the devices' peaks. `meta.memory` holds the peaks, where and at which
 step they happened, the CUDA-graph private pools by the line that captured them, and the live
-bytes by line at an out-of-memory error; `meta["timeline"]` allocated and reserved memory over
+bytes by line at an out-of-memory error; `meta.timeline` allocated and reserved memory over
 time (`mem_t`, ns from the start of recording).
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
 from dlpt.frames import FrameTable, unattributed_frame
+from dlpt.header import Header, Timeline
 from dlpt.memory import BEFORE_RECORDING, node_place
 
 I64 = np.int64
@@ -60,14 +61,14 @@ def series(raw: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
 
 
 def add_memory(raw: dict[str, Any] | None, nmap: np.ndarray, builder: TreeBuilder, frames: FrameTable,
-               out: ActivityColumns, meta: dict[str, Any]) -> None:
+               out: ActivityColumns, meta: Header) -> None:
     """The memory columns into `out.extra` (builder node ids through `nmap`, trie node → builder
     node) and the memory meta into `meta`; nothing when memory was not recorded."""
     if raw is None:
         return
     if not raw["recorded"]:
         if raw["error"]:
-            meta["memory"] = {"recorded": False, "why": raw["error"]}
+            meta.memory = {"recorded": False, "why": raw["error"]}
         return
     an = nmap[_col(raw, "alloc_node")]
     out.extra["alloc_bytes"] = (an, _col(raw, "alloc_bytes"))
@@ -109,8 +110,9 @@ def add_memory(raw: dict[str, Any] | None, nmap: np.ndarray, builder: TreeBuilde
         mem["oom"] = {"device": int(raw["oom_device"]), "requested": int(raw["oom_requested"]),
                       "free": int(raw["oom_free"]), "count": int(raw["ooms"]),
                       "lines": _lines(_col(raw, "oom_node"), _col(raw, "oom_bytes"), place)}
-    meta["memory"] = mem
+    meta.memory = mem
     t, alloc, reserved = series(raw)
     if t:
-        tl = meta.setdefault("timeline", {})
+        tl = meta.timeline if meta.timeline is not None else Timeline()
         tl.update({"mem_t": t, "allocated": alloc, "reserved": reserved})
+        meta.timeline = tl

@@ -33,6 +33,7 @@ from dlpt.cct import TreeBuilder
 from dlpt.collectors.record.inductor_hooks import AfterImport
 from dlpt.collectors.record.native import P_COMPILE, P_STARTUP, P_STEADY, P_WARMUP, RAW_PHASES, Collector
 from dlpt.frames import FrameTable
+from dlpt.header import GpuIdle
 from dlpt.idle import blame_phases, idle_column, merged_meta
 from dlpt.phases import COMPILE, STARTUP, STEADY, phase_frame
 
@@ -77,7 +78,7 @@ def spans_by(spans: list[tuple[int, int, Any]]) -> dict[Any, tuple[np.ndarray, n
 
 
 def named_spans(spans: list[tuple[int, int, int]], names: dict[str, str]) -> list[list[Any]]:
-    """`meta["phase_spans"]`: the stretches by their names, neighbours of one name joined."""
+    """`meta.phase_spans`: the stretches by their names, neighbours of one name joined."""
     out: list[list[Any]] = []
     for s, e, raw in spans:
         name = names[RAW_NAMES[raw]]
@@ -89,7 +90,7 @@ def named_spans(spans: list[tuple[int, int, int]], names: dict[str, str]) -> lis
 
 
 def phase_walls(spans: list[tuple[int, int, int]], names: dict[str, str]) -> dict[str, Any]:
-    """`meta["phases"]` before idle: each phase's wall (time in it) and window (its first start,
+    """`meta.phases` before idle: each phase's wall (time in it) and window (its first start,
     its last end)."""
     out: dict[str, Any] = {}
     for s, e, raw in spans:
@@ -137,11 +138,11 @@ def phase_idle(builder: TreeBuilder, frames: FrameTable, windows: dict[int, tupl
                busy: dict[int, tuple[np.ndarray, np.ndarray]], spans: list[tuple[int, int, int]],
                names: dict[str, str], host: tuple[np.ndarray, ...], phases_meta: dict[str, Any],
                rehome: Rehome | None = None, ready: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
-               ) -> tuple[tuple[np.ndarray, np.ndarray], dict[str, Any]]:
+               ) -> tuple[tuple[np.ndarray, np.ndarray], GpuIdle]:
     """GPU idle blamed phase by phase (`dlpt.idle.blame_phases`), in one clock: `spans` the raw
     phases' stretches, `host` the host intervals (start, end, node, thread, in-sync) on `builder`'s
     nodes; `ready` when each GPU had work queued. Returns the `gpu_idle_time` column (start-up and unattributed rows under each phase's
-    node) and the run's `meta["gpu_idle"]`; each phase's figures go into `phases_meta[name]`."""
+    node) and the run's `meta.gpu_idle`; each phase's figures go into `phases_meta[name]`."""
     rehome = rehome or Rehome(builder, frames)
     hs, he, hn, ht, hy = host
     results, bad = blame_phases(len(builder), windows, busy, spans_by(spans), hs, he, hn, ht, hy, rehome, ready)

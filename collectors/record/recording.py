@@ -175,9 +175,9 @@ class Recording:
             self._discard_snapshot()
             notice(f"nothing recorded, no profile written: {_why_empty(rec.steps, rec.step_count)}")
             return failed
-        prof.meta["exit_status"] = status
+        prof.meta.exit_status = status
         if signum is not None:
-            prof.meta["ended_by"] = signal_name(signum)
+            prof.meta.ended_by = signal_name(signum)
         try:
             save(prof, self.out, force=True)  # the pre-flight check ran before the program: its result is ours
         except DlptError as e:

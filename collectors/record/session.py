@@ -27,6 +27,7 @@ from dlpt.collectors.record.rank_env import rank_info
 from dlpt.collectors.record.trie_converter import TrieConverter
 from dlpt.compiled.fused import attribute_compiled
 from dlpt.errors import notice
+from dlpt.header import Header
 from dlpt.layout import OWN_ROOTS
 from dlpt.phases import split_phases
 from dlpt.profile import Profile
@@ -141,13 +142,13 @@ class Recorder:
                     # provenance, so the pure transformation can be rerun and inspected anywhere.
                     from dlpt.store import save
 
-                    save(replace(prof, meta={**prof.meta, "provenance": self.provenance.to_dict()}), keep, force=True)
+                    save(replace(prof, meta=replace(prof.meta, provenance=self.provenance.to_dict())), keep, force=True)
                 # The model's pure transformation, on the records as plain data.
                 prof = attribute_compiled(prof, self.provenance.snapshot())
                 prof.sources.update(self.converter.sources(prof))  # stack traces may name new files
             prof = self._split(prof)
             self.post_seconds = time.perf_counter() - t0
-            prof.meta["post_processing_s"] = round(self.post_seconds, 6)
+            prof.meta.post_processing_s = round(self.post_seconds, 6)
         return prof
 
     def step(self, explicit: bool = False) -> None:
@@ -321,7 +322,7 @@ class Recorder:
     @staticmethod
     def _split(prof: Profile) -> Profile:
         """The recorded tree's phase subtrees as one tree with its phase table (dlpt/phases.py)."""
-        names = prof.meta.get("phase_names")
+        names = prof.meta.phase_names
         return split_phases(prof, names) if isinstance(names, dict) else prof
 
     def _snapshot_loop(self) -> None:
@@ -346,22 +347,28 @@ class Recorder:
             finally:
                 self._lock.release()
 
-    def _meta(self, partial: bool) -> dict[str, Any]:
+    def _meta(self, partial: bool) -> Header:
         torch = self.torch
-        meta: dict[str, Any] = {
-            "source": "record", "dlpt_version": __version__, "command": self.command,
-            "start_time": _dt.datetime.fromtimestamp(self.started_at, _dt.timezone.utc).isoformat(),
-            "host": socket.gethostname(), "python_version": sys.version.split()[0],
-            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
-            "steps": list(self.steps) if self.steps else None, "steps_seen": self.step_count,
-            "gpu": self.cuda, "collector": {**self.mod.capabilities(), **self.mod.stats()},
-            "snapshots": self.snapshots, "snapshot_pause_max_s": round(self.snapshot_pause_max, 6),
-        }
+        steps = list(self.steps) if self.steps else None
+        meta = Header(
+            source="record", dlpt_version=__version__, command=self.command,
+            start_time=_dt.datetime.fromtimestamp(self.started_at, _dt.timezone.utc).isoformat(),
+            host=socket.gethostname(), python_version=sys.version.split()[0],
+            torch_version=torch.__version__, cuda_version=torch.version.cuda,
+            steps=steps, steps_seen=self.step_count,
+            gpu=self.cuda, collector={**self.mod.capabilities(), **self.mod.stats()},
+            snapshots=self.snapshots, snapshot_pause_max_s=round(self.snapshot_pause_max, 6),
+            # Recordings have always written these two keys, null when unknown (a CPU build's
+            # CUDA, no --steps): kept so, the file's keys the same as before the typed header.
+            extra={"cuda_version": None} if torch.version.cuda is None else {},
+        )
+        if steps is None:
+            meta.extra["steps"] = None
         if self.loaders:
-            meta["dataloaders"] = list(self.loaders.values())
+            meta.dataloaders = list(self.loaders.values())
         if partial:
-            meta["partial"] = True
-            meta["snapshot_time"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+            meta.partial = True
+            meta.snapshot_time = _dt.datetime.now(_dt.timezone.utc).isoformat()
         if self.cuda:
             devs = []
             for i in range(torch.cuda.device_count()):
@@ -369,6 +376,6 @@ class Recorder:
                 devs.append({"id": i, "name": p.name, "totalGlobalMem": p.total_memory,
                              "computeMajor": p.major, "computeMinor": p.minor,
                              "numSms": p.multi_processor_count})
-            meta["devices"] = devs
-        meta.update(rank_info())  # rank, world_size, local_rank, host (collectors/record/rank_env.py)
-        return meta
+            meta.devices = devs
+        # rank, world_size, local_rank, host and run_id, in meta's keys (collectors/record/rank_env.py)
+        return meta.updated(Header.from_dict(rank_info()))

@@ -42,6 +42,7 @@ from dlpt.collectors.record.phases import (
     raw_spans,
 )
 from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
+from dlpt.header import Header, Timeline
 from dlpt.idle import blame, idle_column, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.phases import phase_frame
@@ -183,7 +184,7 @@ class TrieConverter:
         out.extra["sync_time"] = (nmap[host.sync_node], host.sync_ns)
         return {"nmap": nmap, "collectives": self._collectives(host, nmap)}
 
-    def _idle(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns, meta: dict[str, Any],
+    def _idle(self, host: HostSnapshot, nmap: np.ndarray, out: ActivityColumns, meta: Header,
               spans: list[tuple[int, int, int]], names: dict[str, str]) -> None:
         """GPU idle blamed on the host lines of the threads that launched GPU work (dlpt/idle.py),
         in CUPTI's clock, phase by phase: start-up and unattributed idle as named rows under each
@@ -198,17 +199,20 @@ class TrieConverter:
         windows = {d: w for d in busy}
         hs, he = host.iv_start[mine] + off, host.iv_end[mine] + off
         hn, ht, hy = nmap[host.iv_node[mine]], host.iv_tid[mine], host.iv_sync[mine]
-        meta.setdefault("timeline", {}).update(timeline(windows, busy, *w))  # beside memory's keys
+        tl = meta.timeline if meta.timeline is not None else Timeline()
+        tl.update(timeline(windows, busy, *w))  # beside memory's keys
+        meta.timeline = tl
         if not spans:
             res = blame(len(self.builder), windows, busy, hs, he, hn, ht, hy, ready)
             res.skipped.update(skipped)
             out.extra["gpu_idle_time"] = idle_column(res, self.builder, self.frames, 0)
-            meta["gpu_idle"] = res.meta()
+            meta.gpu_idle = res.meta()
             return
         shifted = [(s + off, e + off, p) for s, e, p in spans]
-        column, meta["gpu_idle"] = phase_idle(self.builder, self.frames, windows, busy, shifted, names,
-                                              (hs, he, hn, ht, hy), meta.get("phases", {}), self._rehome, ready)
-        meta["gpu_idle"]["skipped"].update(skipped)
+        column, gpu_idle = phase_idle(self.builder, self.frames, windows, busy, shifted, names,
+                                      (hs, he, hn, ht, hy), meta.phases or {}, self._rehome, ready)
+        gpu_idle["skipped"].update(skipped)
+        meta.gpu_idle = gpu_idle
         out.extra["gpu_idle_time"] = column
 
     def _collectives(self, host: HostSnapshot, nmap: np.ndarray) -> list[dict[str, Any]]:
@@ -245,29 +249,29 @@ class TrieConverter:
                 out.append(entry)
         return out
 
-    def profile(self, snap: Snapshot, meta: dict[str, Any], host: HostSnapshot | None = None,
+    def profile(self, snap: Snapshot, meta: Header, host: HostSnapshot | None = None,
                 memory: dict[str, Any] | None = None) -> Profile:
         spans: list[tuple[int, int, int]] = []
         if host is not None:
             end = host.window_end or host.now  # still recording (a snapshot): up to now
             spans = raw_spans(host.phase_t, host.phase_id, host.window_start, end)
-        self._names = names = phase_names(int(meta.get("steps_seen") or 0), {p for _, _, p in spans})
+        self._names = names = phase_names(meta.steps_seen or 0, {p for _, _, p in spans})
         out, info = self.update(snap, host)
         add_memory(memory, np.asarray(self.node_map, dtype=np.int64), self.builder, self.frames, out, meta)
         if info.get("collectives"):
-            meta["collectives"] = info["collectives"]
+            meta.collectives = info["collectives"]
         if host is not None:
             if host.coll_dropped or host.collk_dropped:
                 # Past a million entries per log the rest are counted, not kept: comm wait is then short.
-                meta["collectives_dropped"] = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
-            meta["window"] = {"start": host.window_start, "end": end}
+                meta.collectives_dropped = {"calls": int(host.coll_dropped), "kernels": int(host.collk_dropped)}
+            meta.window = {"start": host.window_start, "end": end}
             if spans:
-                meta["phases"] = phase_walls(spans, names)
-                meta["phase_spans"] = named_spans(spans, names)
-                meta["phase_names"] = names
+                meta.phases = phase_walls(spans, names)
+                meta.phase_spans = named_spans(spans, names)
+                meta.phase_names = names
             if len(host.busy_device) and host.window_end:
                 self._idle(host, info["nmap"], out, meta, spans, names)
-            meta["host_sampler"] = {"period_ns": host.sample_period_ns, "samples": host.samples + host.peek_samples,
+            meta.host_sampler = {"period_ns": host.sample_period_ns, "samples": host.samples + host.peek_samples,
                                     "late": host.sample_waits, "skipped": host.sample_skips,
                                     "main_thread": MAIN_READ.get(host.main_read, "gil")}
         prof = fold_sampled_library(build_profile(self.builder, self.frames, out, meta))

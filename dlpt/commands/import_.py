@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     prof.sources.update(snapshot_sources(prof, roots))
     save(prof, args.output, force=args.force)
     n = len(prof.activities)
-    skipped = prof.meta.get("skipped_events", 0)
+    skipped = prof.meta.skipped_events or 0
     notice(f"saved {args.output} ({n:,} GPU activities, {len(prof.cct):,} nodes)"
            + (f"; skipped {skipped:,} malformed events" if skipped else ""))
     notice(f"view it with: dlpt view {args.output}")

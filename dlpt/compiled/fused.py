@@ -17,7 +17,7 @@ its lines in proportion to those weights; a line whose nodes are all views gets 
 node). An extern kernel (mm, SDPA, a convolution, a library call) carries only the node it
 implements (Inductor's `origin_node`), so it lands whole on that op's line, not on the views that
 feed it. Where no weight exists (a torch without the hook, a node of unknown size, a kernel of
-views only) the split is even, and the profile says so: `meta["compiled_provenance"]["shares"]`
+views only) the split is even, and the profile says so: `meta.compiled_provenance["shares"]`
 lists, per `[fused K]` frame, the lines and weights used or the reason for the even split, which
 the TUI's detail pane of that node shows. Every metric column of every moved node is split into
 integers by the largest-remainder rule, so shares sum to the original to the nanosecond (counts
@@ -476,12 +476,12 @@ class _Attributor:
             drop[new_of_old[np.fromiter(weights, dtype=np.int64, count=len(weights))]] = True
         out = drop_subtrees(out, propagate_down(out.cct, drop))
         # What a reader needs to trust the tree: how much was placed by provenance, how much not.
-        out.meta = {**p.meta, "compiled_provenance": {
+        out.meta = replace(p.meta, compiled_provenance={
             "modules": len(self.prov.modules), "kernels": sum(len(m.kernels) for m in self.prov.modules.values()),
             "units_placed": units - self.without - self.tuned, "units_without_provenance": self.without,
             "autotuning_subtrees": self.tuned,
             "share": "by work: bytes each line's nodes read and write on their own (views 0); even where unknown",
-            "shares": {name: list(e.values()) for name, e in self.shares.items()}}}
+            "shares": {name: list(e.values()) for name, e in self.shares.items()}})
         return out
 
 

@@ -114,7 +114,7 @@ def call_graph(profile: Profile, include_library: bool = False) -> nx.DiGraph:
     tn = np.flatnonzero(top_node)
     np.add.at(inc, func[tn], cct.inclusive[tn])
 
-    g = nx.DiGraph(name=str(prof.meta.get("command") or prof.path or prof.frame_of(0).name),
+    g = nx.DiGraph(name=str(prof.meta.command or prof.path or prof.frame_of(0).name),
                    include_library=bool(include_library))
     for fid, fr in enumerate(reps):
         kind, file, fname = function_key(fr, def_lines)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 from importlib import resources
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import numpy as np
 
@@ -160,13 +160,13 @@ def view_data(profile: Profile, metrics: list[str]) -> dict[str, Any]:
 
 
 def _timeline(profile: Profile) -> dict[str, list[float]]:
-    """meta["timeline"] as lists of numbers; every key is optional, anything else is left out."""
-    t = profile.meta.get("timeline")
+    """meta.timeline as lists of numbers; every key is optional, anything else is left out."""
+    t = profile.meta.timeline
     if not isinstance(t, dict):
         return {}
     out = {}
     for k in ("t", "gpu_busy", "mem_t", "allocated", "reserved"):
-        v = t.get(k)
+        v = cast(dict[str, Any], t).get(k)
         if isinstance(v, list) and all(isinstance(x, int | float) for x in v):
             out[k] = v
     return out

@@ -102,7 +102,7 @@ def speedscope_document(prof: Profile, metric: str | None = None) -> dict[str, A
     for path, v in weighted_stacks(cct, cct.exclusive[:, col]):
         samples.append([shared_index[frame[i]] for i in path])
         weights.append(v)
-    name = str(prof.meta.get("command") or prof.path or prof.frame_of(0).name or "dlpt profile")
+    name = str(prof.meta.command or prof.path or prof.frame_of(0).name or "dlpt profile")
     profiles: list[dict[str, Any]] = [{
         "type": "sampled", "name": f"{name} · {metric}", "unit": unit_of(metric),
         "startValue": 0, "endValue": int(sum(weights)), "samples": samples, "weights": weights,

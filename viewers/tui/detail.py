@@ -208,7 +208,7 @@ def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
 def share_weights(profile: Profile, fused_name: str) -> str:
     """The weights a `[fused K]` node's shares used (the recorder keeps them in the profile's
     meta): per kernel of that name, the basis and each line's weight as a percentage."""
-    entries = (profile.meta.get("compiled_provenance") or {}).get("shares", {}).get(fused_name, [])
+    entries = (profile.meta.compiled_provenance or {}).get("shares", {}).get(fused_name, [])
     out = []
     for e in entries:
         total = sum(int(w) for _, _, w in e.get("lines", [])) or 1

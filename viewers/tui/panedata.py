@@ -99,7 +99,7 @@ _WS = re.compile(r"\s+")
 
 def program_name(profile: Profile) -> str:
     """The program or trace the profile is of, one line."""
-    cmd = str(profile.meta.get("command") or "")
+    cmd = profile.meta.command or ""
     if cmd:
         return safe_text(_WS.sub(" ", cmd))
     # The file's name is what identifies a trace; its directory only widens the header.
@@ -108,10 +108,10 @@ def program_name(profile: Profile) -> str:
 
 
 def device_names(profile: Profile) -> str:
-    devs = profile.meta.get("devices") or []
+    devs = profile.meta.devices or []
     names = [str(d.get("name", "?")) for d in devs if isinstance(d, dict)]
     if not names:
-        return "no GPU" if profile.meta.get("gpu") is False else "device unknown"
+        return "no GPU" if profile.meta.gpu is False else "device unknown"
     uniq = sorted(set(names))
     return safe_text(", ".join(f"{len([n for n in names if n == u])}× {u}" if names.count(u) > 1 else u
                                for u in uniq))
