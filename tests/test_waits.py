@@ -22,6 +22,7 @@ RANKS = [
      "gpu_idle": {"devices": {"0": {"window": 8000}}, "busy": 7000, "idle": 1000, "host": 1000,
                   "after_sync": 5, "skipped": {"short": 2}},
      "memory": {"peak_allocated": 10}},
+    {"gpu_idle": {"devices": {"0": {}}}},  # an older profile: no window, no figures, each counts 0
 ]
 
 
@@ -34,13 +35,14 @@ def merged():
 def test_a_merged_profiles_waits_are_its_ranks_summed() -> None:
     w = waits(merged())
     with_gpu = [r["gpu_idle"] for r in RANKS if "gpu_idle" in r]
-    assert w.wall == max(r["window"].get("wall", r["window"]["end"] - r["window"]["start"]) for r in RANKS)
+    assert w.wall == max(r["window"].get("wall", r["window"]["end"] - r["window"]["start"]) for r in RANKS
+                         if "window" in r)
     assert w.devices == sum(len(g["devices"]) for g in with_gpu)
-    assert w.device_time == sum(d["window"] for g in with_gpu for d in g["devices"].values())
-    assert w.busy == sum(g["busy"] for g in with_gpu)
-    assert w.idle == sum(g["idle"] for g in with_gpu)
+    assert w.device_time == sum(d.get("window", 0) for g in with_gpu for d in g["devices"].values())
+    assert w.busy == sum(g.get("busy", 0) for g in with_gpu)
+    assert w.idle == sum(g.get("idle", 0) for g in with_gpu)
     assert w.idle_parts == {k: sum(g.get(k, 0) for g in with_gpu) for k in IDLE_PARTS}
-    assert w.after_sync == sum(g["after_sync"] for g in with_gpu)
+    assert w.after_sync == sum(g.get("after_sync", 0) for g in with_gpu)
     assert w.skipped == {"short": 5, "overlap": 1}
     assert w.busy_share == pytest.approx(w.busy / w.device_time)
     js = w.to_json()
@@ -57,6 +59,8 @@ def test_a_profile_without_gpu_figures_has_none() -> None:
     # busy known, the window not: no share rather than a division by zero
     w.busy, w.device_time = 5, 0
     assert w.busy_share is None
+    prof.meta["window"] = {"start": 30, "end": 30}  # an empty window is 0, not "unknown"
+    assert waits(prof).wall == 0
 
 
 @pytest.mark.parametrize("meta, want", [

@@ -93,6 +93,7 @@ WARM = ["numpy", "pandas", "msgspec", "networkx", "hypothesis", "dlpt", "dlpt.co
 class Mutant:
     function: str  # qualified name of the top-level function or method it is in
     line: int
+    col: int
     end_line: int
     op: str  # what changed, e.g. "and -> or"
     path: tuple  # where in the module's tree: indices from the root to the node replaced
@@ -215,7 +216,7 @@ def mutants_of(tree: ast.Module) -> list[Mutant]:
                         continue
                     for op, _ in node_mutations(n):
                         end = getattr(n, "end_lineno", None) or n.lineno
-                        out.append(Mutant(qual, n.lineno, end, op, p))
+                        out.append(Mutant(qual, n.lineno, n.col_offset + 1, end, op, p))
     return out
 
 
@@ -431,7 +432,7 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         m.tests = reaching(lines, seconds, m.line, m.end_line)
         if not m.tests:
             m.status = "unreached"
-            log(f"  [{k + 1}/{len(mutants)}] reached by no test: {rel}:{m.line} {m.function}: {m.op}: "
+            log(f"  [{k + 1}/{len(mutants)}] reached by no test: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
             continue
         code = compile(apply(tree, m), module.__file__ or path, "exec")
@@ -440,7 +441,7 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         m.status = run_mutant(module, code, m, timeout)
         m.seconds = time.monotonic() - t1
         if m.status != "killed":
-            log(f"  [{k + 1}/{len(mutants)}] {m.status}: {rel}:{m.line} {m.function}: {m.op}: "
+            log(f"  [{k + 1}/{len(mutants)}] {m.status}: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "timeout", "survived", "unreached", "skipped")}
     made = len(mutants) - counts["skipped"]
@@ -449,7 +450,7 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         f"{counts['survived']}, reached by no test {counts['unreached']}, kill rate {rate:.1%} "
         f"({time.monotonic() - t0:.0f} s)")
     return {"module": name, "file": rel, "made": made, **counts, "kill_rate": rate,
-            "survivors": [{"line": m.line, "function": m.function, "op": m.op, "status": m.status,
+            "survivors": [{"line": m.line, "col": m.col, "function": m.function, "op": m.op, "status": m.status,
                            "source": src_lines[m.line - 1].strip()} for m in mutants
                           if m.status in ("survived", "unreached")]}
 
