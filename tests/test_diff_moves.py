@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from conftest import synthetic_profile
 
-from dlpt.diff import diff_profiles
+from dlpt.diff import diff_profiles, row_label
+from dlpt.errors import DlptError
 from dlpt.frames import Frame
 
 GEMM = Frame("kernel", "gemm")
@@ -60,3 +61,44 @@ def test_a_kernel_with_another_parameter_list_matches_by_short_name() -> None:
     assert got == {("void gemm<float>(float*, int)", "gemm<float>(double*)"): ("short name", 70 - 40),
                    ("void relu<float>(float*)", None): ("removed", -5),
                    (None, "void softmax<float>(float*)"): ("added", 3)}
+
+
+def test_lines_of_one_function_pair_nearest_first_when_their_counts_differ() -> None:
+    """No source snapshots, and an edit added a line: of a function's leftover lines, the
+    nearest pair first (3 with 4, 10 with 11); the line left over is new."""
+    a = profile([("m.py", 3, "fwd", 10), ("m.py", 10, "fwd", 20), ("m.py", 50, "fwd", 4)])
+    b = profile([("m.py", 4, "fwd", 11), ("m.py", 11, "fwd", 25), ("m.py", 20, "fwd", 5), ("m.py", 50, "fwd", 4)])
+    d = diff_profiles(a, b, by="line", metric="gpu_time")
+    rows = [r for r in d.rows if r.entry.frame.kind == "python"]
+    lines = [(r.a.frame.line if r.a else None, r.b.frame.line if r.b else None) for r in rows]
+    assert dict(zip(lines, ((r.match, r.delta) for r in rows))) == {
+        (3, 4): ("function", 1), (10, 11): ("function", 5), (None, 20): ("added", 5), (50, 50): ("line", 0)}
+    # Largest change first; of two equal changes, the larger figure first (25 before 5).
+    assert lines == [(10, 11), (None, 20), (3, 4), (50, 50)]
+    labels = [row_label(r, "line") for r in rows]
+    assert labels[0] == "m.py:10→11 fwd" and labels[2] == "m.py:3→4 fwd"
+    assert labels[1] == rows[1].entry.label and labels[3] == rows[3].entry.label  # new, and unmoved: as is
+
+
+def test_one_line_left_on_one_side_pairs_with_the_nearest() -> None:
+    a = profile([("m.py", 3, "fwd", 10)])
+    b = profile([("m.py", 30, "fwd", 50), ("m.py", 4, "fwd", 12)])
+    d = diff_profiles(a, b, by="line", metric="gpu_time")
+    got = {(r.a.frame.line if r.a else None, r.b.frame.line if r.b else None): r.match for r in d.rows
+           if r.entry.frame.kind == "python"}
+    assert got == {(3, 4): "function", (None, 30): "added"}
+
+
+def test_an_unknown_grouping_is_a_user_error() -> None:
+    a = profile(A)
+    with pytest.raises(DlptError):
+        diff_profiles(a, a, by="bogus")
+
+
+def test_each_run_is_named_by_its_path_or_command_or_root() -> None:
+    a, b = profile(A), profile(B)
+    b.meta["command"] = "python train.py --fast"
+    d = diff_profiles(a, b, by="file")
+    assert (d.a_name, d.b_name) == ("synthetic", "python train.py --fast")  # conftest's root frame
+    b.path = "/tmp/after.dlpt"
+    assert diff_profiles(a, b, by="file").b_name == "/tmp/after.dlpt"

@@ -61,7 +61,8 @@ KINETO_TESTS = ["tests/test_engine.py", "tests/test_oracles.py", "tests/test_kin
                 "tests/test_kineto_memory.py", "tests/test_findings.py"]
 MODULES: dict[str, tuple[str, str, list[str]]] = {
     "findings": ("dlpt/findings.py", "dlpt.findings",
-                 ["tests/test_findings.py", "tests/test_kineto_idle.py", "tests/test_real_verdicts.py"]),
+                 ["tests/test_sync_kind.py", "tests/test_findings.py", "tests/test_kineto_idle.py",
+                  "tests/test_real_verdicts.py"]),
     "idle": ("dlpt/idle.py", "dlpt.idle",
              ["tests/test_idle.py", "tests/test_kineto_idle.py", "tests/test_findings.py", "tests/test_oracles.py",
               "tests/test_real_verdicts.py"]),
@@ -78,7 +79,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
                     "tests/test_findings.py", "tests/test_kineto_paths.py"]),
     "merge": ("dlpt/merge.py", "dlpt.merge",
               ["tests/test_ranks.py", "tests/test_findings.py"]),
-    "diff": ("dlpt/diff.py", "dlpt.diff", ["tests/test_diff.py", "tests/test_findings.py"]),
+    "diff": ("dlpt/diff.py", "dlpt.diff", ["tests/test_diff_moves.py", "tests/test_diff.py", "tests/test_findings.py"]),
     "link": ("collectors/kineto/link.py", "dlpt.collectors.kineto.link", KINETO_TESTS),
     "walk": ("collectors/kineto/walk.py", "dlpt.collectors.kineto.walk", KINETO_TESTS),
     "paths": ("collectors/kineto/paths.py", "dlpt.collectors.kineto.paths", KINETO_TESTS),
