@@ -80,7 +80,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
                    ["tests/test_engine.py", "tests/test_tables.py", "tests/test_oracles.py", "tests/test_host_time.py",
                     "tests/test_findings.py", "tests/test_kineto_paths.py"]),
     "merge": ("dlpt/merge.py", "dlpt.merge",
-              ["tests/test_ranks.py", "tests/test_findings.py"]),
+              ["tests/test_merge_numbers.py", "tests/test_ranks.py", "tests/test_rank_inputs.py", "tests/test_findings.py", "tests/test_commwait.py"]),
     "diff": ("dlpt/diff.py", "dlpt.diff", ["tests/test_diff_moves.py", "tests/test_diff.py", "tests/test_findings.py"]),
     "link": ("collectors/kineto/link.py", "dlpt.collectors.kineto.link", KINETO_TESTS),
     "walk": ("collectors/kineto/walk.py", "dlpt.collectors.kineto.walk", KINETO_TESTS),
