@@ -65,3 +65,56 @@ def test_as_ranks_numbers_every_rank_in_the_order_given() -> None:
     got = merge_profiles([prof(5, 7), first, prof(80, 0)], as_ranks=True)
     assert ranks_and_totals(got) == [("rank 0", 5), ("rank 1", 10), ("rank 2", 20), ("rank 3", 80)]
     assert merge_profiles([first]) is first  # one input: itself
+
+
+def subtrees(p, under_rank: bool) -> dict[str, list[tuple[tuple[str, ...], int]]]:
+    """Rank name -> sorted (call path below the rank node, exclusive GPU time) of every node
+    below it, walked parent by parent. A single profile's is under its root."""
+    parent = p.cct.parent.tolist()
+    out: dict[str, list] = {}
+    for n in range(1, len(parent)):
+        path = [n]
+        while parent[path[-1]] > 0:
+            path.append(parent[path[-1]])
+        top = path[-1]
+        names = tuple(p.frame_of(i).name for i in reversed(path[:-1] if under_rank else path))
+        if names:
+            key = p.frame_of(top).name if under_rank else "root"
+            out.setdefault(key, []).append((names, int(p.cct.exclusive[n, COL["gpu_time"]])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def two_paths(a: int, b: int, rank=None, **meta):
+    line = Frame("python", "step (t.py:3)", "t.py", 3, "step")
+    p = synthetic_profile([([line, Frame("python", "fwd (m.py:9)", "m.py", 9, "fwd"), Frame("kernel", "k")], a),
+                           ([line, Frame("kernel", "copy")], b)])
+    p.meta.update(meta)
+    if rank is not None:
+        p.meta["rank"] = rank
+    return p
+
+
+@pytest.mark.parametrize("as_ranks", [False, True])
+def test_every_rank_is_its_input_tree_in_a_merge_of_merges(as_ranks) -> None:
+    """Each input's tree, node by node, sits under its rank node; merged inputs' ranks too, and
+    the merged root keeps the nothing its inputs' roots held (their sums)."""
+    p0, p1, p2, p3 = two_paths(1, 2, 0), two_paths(30, 40, 1), two_paths(500, 600, 2), two_paths(7, 8, 3)
+    left, right = merge_profiles([p0, p1]), merge_profiles([p2, p3])
+    both = merge_profiles([left, right], as_ranks=as_ranks)
+    got = subtrees(both, under_rank=True)
+    assert got == {f"rank {r}": subtrees(p, under_rank=False)["root"] for r, p in enumerate([p0, p1, p2, p3])}
+    assert int(both.cct.exclusive[0, COL["gpu_time"]]) == 0
+    assert [m["rank"] for m in both.meta["ranks"]] == [0, 1, 2, 3]
+
+
+def test_merged_meta() -> None:
+    a = two_paths(1, 2, 0, world_size=2, skipped_events=3, torch_version="2.5", command="python t.py")
+    b = two_paths(3, 4, 1, world_size=2, skipped_events=4, torch_version="2.6")
+    m = merge_profiles([a, b]).meta
+    assert m["world_size"] == 2 and m["skipped_events"] == 3 + 4
+    assert m["torch_version"] == "2.5" and m["command"] == "python t.py"  # the first input's
+    assert m["source"] == "record"  # conftest's synthetic profiles are recordings
+    b.meta["source"] = "kineto"
+    m = merge_profiles([a, b, two_paths(5, 6, 2, world_size=1)], as_ranks=True).meta
+    assert m["source"] == "mixed" and m["world_size"] == 3  # more ranks than any input said
+    assert [(r["rank"], r.get("world_size")) for r in m["ranks"]] == [(0, 2), (1, 2), (2, 1)]

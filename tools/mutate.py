@@ -281,6 +281,7 @@ def live_function(module: types.ModuleType, qualname: str) -> types.FunctionType
 # --- running ---------------------------------------------------------------------------------
 
 SETUP = "#setup"
+UNMUTATED = "(none)"  # a control run: the selection machinery on the code as it is
 
 
 class _Tracer:
@@ -397,7 +398,8 @@ def run_mutant(module: types.ModuleType, code: types.CodeType, m: Mutant, timeou
     if pid == 0:
         rc = 1
         try:
-            fn.__code__ = new
+            if m.op != UNMUTATED:
+                fn.__code__ = new
             _quiet()
             rc = int(pytest.main(_pytest_args(m.tests)))
         finally:
@@ -407,7 +409,9 @@ def run_mutant(module: types.ModuleType, code: types.CodeType, m: Mutant, timeou
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             rc = os.waitstatus_to_exitcode(status)
-            return "survived" if rc == 0 else "killed"
+            # 1: a test failed. Anything else (2-5: interrupted, internal or usage error, no
+            # tests collected; a signal) says nothing about the mutant.
+            return {0: "survived", 1: "killed"}.get(rc, f"error {rc}")
         if time.monotonic() - t0 > timeout:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -431,6 +435,16 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         raise SystemExit(f"{name}: the unmutated tests fail: {failed[:5]}")
     log(f"{name}: {len(mutants)} mutants; baseline {time.monotonic() - t0:.1f} s over {len(seconds)} tests")
     src_lines = src.splitlines()
+    # Control: the tests that reach the module's first function, run the way a mutant's are,
+    # must pass on the code as it is (a failure here is the machinery's, not a kill).
+    control = next((m for m in mutants if reaching(lines, seconds, m.line, m.end_line)), None)
+    if control is not None:
+        c = Mutant(control.function, control.line, control.col, control.end_line, UNMUTATED, control.path,
+                   tests=reaching(lines, seconds, control.line, control.end_line))
+        status = run_mutant(module, compile(tree, module.__file__ or path, "exec"), c, 60 + 3 * sum(
+            seconds.get(t, 1.0) for t in c.tests))
+        if status != "survived":
+            raise SystemExit(f"{name}: the control run (no mutant, {len(c.tests)} tests) ended {status}")
     for k, m in enumerate(mutants):
         m.tests = reaching(lines, seconds, m.line, m.end_line)
         if not m.tests:
@@ -447,15 +461,17 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
             log(f"  [{k + 1}/{len(mutants)}] {m.status}: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "timeout", "survived", "unreached", "skipped")}
-    made = len(mutants) - counts["skipped"]
+    counts["error"] = sum(m.status.startswith("error") for m in mutants)
+    made = len(mutants) - counts["skipped"] - counts["error"]
     rate = (counts["killed"] + counts["timeout"]) / made if made else 1.0
     log(f"{name}: made {made}, killed {counts['killed']}, timed out {counts['timeout']}, survived "
-        f"{counts['survived']}, reached by no test {counts['unreached']}, kill rate {rate:.1%} "
+        f"{counts['survived']}, reached by no test {counts['unreached']}, errors (not counted) {counts['error']}, "
+        f"not swappable {counts['skipped']}, kill rate {rate:.1%} "
         f"({time.monotonic() - t0:.0f} s)")
     return {"module": name, "file": rel, "made": made, **counts, "kill_rate": rate,
             "survivors": [{"line": m.line, "col": m.col, "function": m.function, "op": m.op, "status": m.status,
                            "source": src_lines[m.line - 1].strip()} for m in mutants
-                          if m.status in ("survived", "unreached")]}
+                          if m.status in ("survived", "unreached") or m.status.startswith("error")]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmodule       made  killed  timeout  survived  unreached  kill rate")
     for r in results:
         print(f"{r['module']:<11} {r['made']:>5} {r['killed']:>7} {r['timeout']:>8} {r['survived']:>9} "
-              f"{r['unreached']:>10}  {r['kill_rate']:>8.1%}")
+              f"{r['unreached']:>10}  {r['kill_rate']:>8.1%}" + (f"  ({r['error']} errors)" if r["error"] else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
