@@ -63,8 +63,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "findings": ("dlpt/findings.py", "dlpt.findings",
                  ["tests/test_sync_kind.py", "tests/test_compile_verdict.py", "tests/test_dataloader_verdict.py",
                   "tests/test_findings.py", "tests/test_kineto_idle.py",
-                  "tests/test_real_verdicts.py", "tests/test_rank_inputs.py", "tests/test_phases.py",
-                  "tests/test_commwait.py"]),
+                  "tests/test_real_verdicts.py", "tests/test_rank_inputs.py"]),
     "idle": ("dlpt/idle.py", "dlpt.idle",
              ["tests/test_idle.py", "tests/test_kineto_idle.py", "tests/test_findings.py", "tests/test_oracles.py",
               "tests/test_real_verdicts.py"]),
@@ -80,7 +79,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
                    ["tests/test_engine.py", "tests/test_tables.py", "tests/test_oracles.py", "tests/test_host_time.py",
                     "tests/test_findings.py", "tests/test_kineto_paths.py"]),
     "merge": ("dlpt/merge.py", "dlpt.merge",
-              ["tests/test_merge_numbers.py", "tests/test_ranks.py", "tests/test_rank_inputs.py", "tests/test_findings.py", "tests/test_commwait.py"]),
+              ["tests/test_merge_numbers.py", "tests/test_ranks.py", "tests/test_rank_inputs.py", "tests/test_findings.py"]),
     "diff": ("dlpt/diff.py", "dlpt.diff", ["tests/test_diff_moves.py", "tests/test_diff.py", "tests/test_findings.py"]),
     "link": ("collectors/kineto/link.py", "dlpt.collectors.kineto.link", KINETO_TESTS),
     "walk": ("collectors/kineto/walk.py", "dlpt.collectors.kineto.walk", KINETO_TESTS),
@@ -457,6 +456,11 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         timeout = 20 + 3 * sum(seconds.get(t, 1.0) for t in m.tests)
         m.status = run_mutant(module, code, m, timeout)
         m.seconds = time.monotonic() - t1
+        if (k + 1) % 25 == 0:
+            done = mutants[:k + 1]
+            log(f"  [{k + 1}/{len(mutants)}] so far: killed {sum(x.status in ('killed', 'timeout') for x in done)}, "
+                f"survived {sum(x.status == 'survived' for x in done)}, "
+                f"reached by no test {sum(x.status == 'unreached' for x in done)} ({time.monotonic() - t0:.0f} s)")
         if m.status != "killed":
             log(f"  [{k + 1}/{len(mutants)}] {m.status}: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
