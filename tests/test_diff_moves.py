@@ -81,12 +81,36 @@ def test_lines_of_one_function_pair_nearest_first_when_their_counts_differ() -> 
 
 
 def test_one_line_left_on_one_side_pairs_with_the_nearest() -> None:
-    a = profile([("m.py", 3, "fwd", 10)])
-    b = profile([("m.py", 30, "fwd", 50), ("m.py", 4, "fwd", 12)])
+    a = profile([("m.py", 20, "fwd", 10)])
+    b = profile([("m.py", 3, "fwd", 50), ("m.py", 22, "fwd", 12)])
     d = diff_profiles(a, b, by="line", metric="gpu_time")
     got = {(r.a.frame.line if r.a else None, r.b.frame.line if r.b else None): r.match for r in d.rows
            if r.entry.frame.kind == "python"}
-    assert got == {(3, 4): "function", (None, 30): "added"}
+    assert got == {(20, 22): "function", (None, 3): "added"}
+
+
+def test_a_line_is_paired_once() -> None:
+    """Lines 3 and 5 are both nearest to the new line 4: one of them gets it, the other the next
+    nearest (30); 31 is new."""
+    a = profile([("m.py", 3, "fwd", 10), ("m.py", 5, "fwd", 20)])
+    b = profile([("m.py", 4, "fwd", 11), ("m.py", 30, "fwd", 25), ("m.py", 31, "fwd", 5)])
+    rows = [r for r in diff_profiles(a, b, by="line", metric="gpu_time").rows if r.entry.frame.kind == "python"]
+    b_lines = [r.b.frame.line for r in rows if r.b is not None]
+    assert sorted(b_lines) == [4, 30, 31]
+    paired = {(r.a.frame.line, r.b.frame.line) for r in rows if r.a is not None and r.b is not None}
+    assert paired in ({(3, 4), (5, 30)}, {(5, 4), (3, 30)})
+
+
+def test_same_named_functions_of_two_files_are_two_functions() -> None:
+    """Frames named by their function alone: a.py's forward is matched with a.py's, whatever
+    the order of the rows (a.py's is the larger before, b.py's after)."""
+    def run(ns_a: int, ns_b: int):
+        return synthetic_profile([([Frame("python", "forward", f"/p/{f}", 3, "forward"), GEMM], ns)
+                                  for f, ns in (("a.py", ns_a), ("b.py", ns_b))])
+
+    d = diff_profiles(run(30, 20), run(15, 25), by="function", metric="gpu_time")
+    got = {(r.a.frame.file, r.b.frame.file): r.delta for r in d.rows if r.entry.frame.kind == "python"}
+    assert got == {("/p/a.py", "/p/a.py"): 15 - 30, ("/p/b.py", "/p/b.py"): 25 - 20}
 
 
 def test_an_unknown_grouping_is_a_user_error() -> None:
