@@ -115,6 +115,33 @@ def test_merged_meta() -> None:
     assert m["torch_version"] == "2.5" and m["command"] == "python t.py"  # the first input's
     assert m["source"] == "record"  # conftest's synthetic profiles are recordings
     b.meta["source"] = "kineto"
-    m = merge_profiles([a, b, two_paths(5, 6, 2, world_size=1)], as_ranks=True).meta
-    assert m["source"] == "mixed" and m["world_size"] == 3  # more ranks than any input said
-    assert [(r["rank"], r.get("world_size")) for r in m["ranks"]] == [(0, 2), (1, 2), (2, 1)]
+    m = merge_profiles([a, b, two_paths(5, 6, 2, world_size=1), two_paths(7, 8, 3, skipped_events=None)],
+                       as_ranks=True).meta
+    assert m["source"] == "mixed" and m["world_size"] == 4  # more ranks than any input said
+    assert [(r["rank"], r.get("world_size")) for r in m["ranks"]] == [(0, 2), (1, 2), (2, 1), (3, None)]
+    assert m["skipped_events"] == 3 + 4  # absent or None: none skipped
+
+
+def test_merged_sources_and_path_are_the_inputs() -> None:
+    a, b = two_paths(1, 2, 0), two_paths(3, 4, 1)
+    a.sources.update({"t.py": "a's t.py", "m.py": "m"})
+    b.sources.update({"t.py": "b's t.py", "n.py": "n"})
+    a.path, b.path = "/r/rank0.dlpt", "/r/rank1.dlpt"
+    m = merge_profiles([a, b])
+    assert m.sources == {"t.py": "a's t.py", "m.py": "m", "n.py": "n"}  # the first input's copy wins
+    assert m.path == "/r/rank0.dlpt"
+
+
+def test_a_merged_input_is_placed_by_its_lowest_rank() -> None:
+    """Its rank nodes stay together, in the place of its lowest rank among the others."""
+    first = merge_profiles([two_paths(10, 0, 0), two_paths(20, 0, 2)])
+    both = merge_profiles([two_paths(40, 0, 1), first, two_paths(80, 0, 3)])
+    assert [n for n, _ in ranks_and_totals(both)] == ["rank 0", "rank 2", "rank 1", "rank 3"]
+
+
+def test_is_merged_needs_every_top_node_a_rank() -> None:
+    empty = synthetic_profile([])
+    assert not is_merged(empty)
+    half = synthetic_profile([([Frame("rank", "rank 0"), Frame("kernel", "k")], 1),
+                              ([Frame("python", "step (t.py:3)", "t.py", 3, "step"), Frame("kernel", "k")], 1)])
+    assert not is_merged(half)
