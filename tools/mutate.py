@@ -419,7 +419,7 @@ def run_mutant(module: types.ModuleType, code: types.CodeType, m: Mutant, timeou
         time.sleep(0.02)
 
 
-def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN001
+def mutate(name: str, only: str | None = None, log=print, first: int = 1) -> dict:  # noqa: ANN001
     rel, dotted, tests = MODULES[name]
     path = os.path.join(ROOT, rel)
     module = importlib.import_module(dotted)
@@ -429,11 +429,13 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
     src = open(path).read()
     tree = ast.parse(src, module.__file__)
     mutants = [m for m in mutants_of(tree) if only is None or m.function == only]
+    total = len(mutants)
+    mutants = mutants[first - 1:]
     t0 = time.monotonic()
     lines, seconds, failed = baseline(module.__file__ or path, tests)
     if failed:
         raise SystemExit(f"{name}: the unmutated tests fail: {failed[:5]}")
-    log(f"{name}: {len(mutants)} mutants; baseline {time.monotonic() - t0:.1f} s over {len(seconds)} tests")
+    log(f"{name}: {total} mutants{f', from the {first}th' if first > 1 else ''}; baseline {time.monotonic() - t0:.1f} s over {len(seconds)} tests")
     src_lines = src.splitlines()
     # Control: the tests that reach the module's first function, run the way a mutant's are,
     # must pass on the code as it is (a failure here is the machinery's, not a kill).
@@ -445,11 +447,11 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
             seconds.get(t, 1.0) for t in c.tests))
         if status != "survived":
             raise SystemExit(f"{name}: the control run (no mutant, {len(c.tests)} tests) ended {status}")
-    for k, m in enumerate(mutants):
+    for k, m in enumerate(mutants, start=first - 1):
         m.tests = reaching(lines, seconds, m.line, m.end_line)
         if not m.tests:
             m.status = "unreached"
-            log(f"  [{k + 1}/{len(mutants)}] reached by no test: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
+            log(f"  [{k + 1}/{total}] reached by no test: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
             continue
         code = compile(apply(tree, m), module.__file__ or path, "exec")
@@ -458,12 +460,12 @@ def mutate(name: str, only: str | None = None, log=print) -> dict:  # noqa: ANN0
         m.status = run_mutant(module, code, m, timeout)
         m.seconds = time.monotonic() - t1
         if (k + 1) % 25 == 0:
-            done = mutants[:k + 1]
-            log(f"  [{k + 1}/{len(mutants)}] so far: killed {sum(x.status in ('killed', 'timeout') for x in done)}, "
+            done = mutants[:k + 2 - first]
+            log(f"  [{k + 1}/{total}] so far: killed {sum(x.status in ('killed', 'timeout') for x in done)}, "
                 f"survived {sum(x.status == 'survived' for x in done)}, "
                 f"reached by no test {sum(x.status == 'unreached' for x in done)} ({time.monotonic() - t0:.0f} s)")
         if m.status != "killed":
-            log(f"  [{k + 1}/{len(mutants)}] {m.status}: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
+            log(f"  [{k + 1}/{total}] {m.status}: {rel}:{m.line}:{m.col} {m.function}: {m.op}: "
                 f"{src_lines[m.line - 1].strip()[:90]}")
     counts = {s: sum(m.status == s for m in mutants) for s in ("killed", "timeout", "survived", "unreached", "skipped")}
     counts["error"] = sum(m.status.startswith("error") for m in mutants)
@@ -485,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="the modules and their test files")
     ap.add_argument("--only", help="mutate this function (qualified name) only")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--first", type=int, default=1, help="start at this mutant (1-based), to resume a stopped run")
     a = ap.parse_args(argv)
     if a.list or not a.modules:
         for n, (rel, _, tests) in MODULES.items():
@@ -499,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     # pytest's plugins (xdist, hypothesis, textual's snapshots...) imported once here: each
     # child's pytest.main then starts in about a second rather than three.
     _quiet_call(lambda: pytest.main(["-p", "no:cacheprovider", "--version"]))
-    results = [mutate(n, a.only, log=lambda s: print(s, flush=True)) for n in a.modules]
+    results = [mutate(n, a.only, log=lambda s: print(s, flush=True), first=a.first) for n in a.modules]
     print("\nmodule       made  killed  timeout  survived  unreached  kill rate")
     for r in results:
         print(f"{r['module']:<11} {r['made']:>5} {r['killed']:>7} {r['timeout']:>8} {r['survived']:>9} "
