@@ -62,7 +62,7 @@ KINETO_TESTS = ["tests/test_engine.py", "tests/test_oracles.py", "tests/test_kin
 MODULES: dict[str, tuple[str, str, list[str]]] = {
     "findings": ("dlpt/findings.py", "dlpt.findings",
                  ["tests/test_rule_thresholds.py", "tests/test_sync_kind.py", "tests/test_compile_verdict.py",
-                  "tests/test_dataloader_verdict.py",
+                  "tests/test_dataloader_verdict.py", "tests/test_rank_span.py",
                   "tests/test_findings.py", "tests/test_kineto_idle.py",
                   "tests/test_real_verdicts.py", "tests/test_rank_inputs.py"]),
     "idle": ("dlpt/idle.py", "dlpt.idle",
