@@ -104,13 +104,18 @@ def test_a_line_is_paired_once() -> None:
 def test_same_named_functions_of_two_files_are_two_functions() -> None:
     """Frames named by their function alone: a.py's forward is matched with a.py's, whatever
     the order of the rows (a.py's is the larger before, b.py's after)."""
-    def run(ns_a: int, ns_b: int):
-        return synthetic_profile([([Frame("python", "forward", f"/p/{f}", 3, "forward"), GEMM], ns)
-                                  for f, ns in (("a.py", ns_a), ("b.py", ns_b))])
+    def run(**ns):
+        return synthetic_profile([([Frame("python", "forward", f"/p/{f}.py", 3, "forward"), GEMM], v)
+                                  for f, v in ns.items()])
 
-    d = diff_profiles(run(30, 20), run(15, 25), by="function", metric="gpu_time")
+    d = diff_profiles(run(a=30, b=20), run(a=15, b=25), by="function", metric="gpu_time")
     got = {(r.a.frame.file, r.b.frame.file): r.delta for r in d.rows if r.entry.frame.kind == "python"}
     assert got == {("/p/a.py", "/p/a.py"): 15 - 30, ("/p/b.py", "/p/b.py"): 25 - 20}
+    # a.py's forward gone: b.py's is matched with b.py's, a.py's removed
+    d = diff_profiles(run(a=30, b=20), run(b=25), by="function", metric="gpu_time")
+    got = {(r.a.frame.file if r.a else None, r.b.frame.file if r.b else None): r.match for r in d.rows
+           if r.entry.frame.kind == "python"}
+    assert got == {("/p/b.py", "/p/b.py"): "function", ("/p/a.py", None): "removed"}
 
 
 def test_an_unknown_grouping_is_a_user_error() -> None:
