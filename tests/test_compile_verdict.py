@@ -45,13 +45,13 @@ def test_ranks_longest_compile_against_longest_window() -> None:
 def test_a_compile_after_the_steady_state_began_is_a_recompile() -> None:
     base = {"window": {"start": 0, "end": 10_000}, "phases": {"compile": {"wall": 100}}}  # 1% of the run
     assert verdict(base) is None
-    # Steady state 400 + 9,450 = 9,850 ns; the compile at 500 comes after 400 ns of it, less than
+    # Steady state 800 + 9,050 = 9,850 ns; the compile at 900 comes after 800 ns of it, less than
     # a tenth (985 ns): part of the first compile's cluster, not a recompile.
-    early = [[0, 100, "compile"], [100, 500, "steady"], [500, 550, "compile"], [550, 10_000, "steady"]]
+    early = [[0, 100, "compile"], [100, 900, "steady"], [900, 950, "compile"], [950, 10_000, "steady"]]
     assert verdict({**base, "phase_spans": early}) is None
-    # Steady state 2,000 + 7,830 ns; a compile after 2,000 ns of it (more than 983): a recompile,
-    # named with its 70 ns. Spans that are not [start, end, phase] are skipped.
-    late = [[0, 100, "compile"], [100, 2100, "steady"], [2100, 2170, "compile"], [2170, 10_000, "steady"],
+    # Steady state 1,000 + 8,830 = 9,830 ns; a compile after 1,000 ns of it (more than 983): a
+    # recompile, named with its 70 ns. Spans that are not [start, end, phase] are skipped.
+    late = [[0, 100, "compile"], [100, 1100, "steady"], [1100, 1170, "compile"], [1170, 10_000, "steady"],
             [1, 2], "bad"]
     f = verdict({**base, "phase_spans": late})
     assert f is not None and f.share == pytest.approx(100 / 10_000)

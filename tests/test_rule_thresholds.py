@@ -60,6 +60,7 @@ def test_launch_bound_at_its_three_thresholds() -> None:
 
     f = rule()
     assert f is not None and f.share == pytest.approx(fd.LAUNCH_SHARE)
+    assert f.figure.startswith(f"GPU idle {fd.LAUNCH_SHARE:.0%} of the run's GPU time between launches")
     # No idle on launching lines: the lines of the short kernels are named.
     assert f.lines == [Lines(PROF).labels[1]]
     assert rule(launch=fd.LAUNCH_SHARE * D - 1) is None
