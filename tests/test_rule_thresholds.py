@@ -1,0 +1,86 @@
+"""Each rule of dlpt/findings.py at its thresholds, on figures set by hand (dlpt/evidence.py's
+Split: the steady state's time in parts): a verdict at the threshold where the rule says "at
+least", none just below it, and the parts the verdict adds up. Written for the mutants
+tools/mutate.py found alive in findings.py (docs/MUTATION.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import synthetic_profile
+
+from dlpt import findings as fd
+from dlpt.evidence import Evidence, Lines, Split, Traits
+from dlpt.frames import Frame
+from dlpt.waits import Waits
+
+D = 100_000  # the devices' time, ns
+
+PROF = synthetic_profile([([Frame("python", "step (t.py:3)", "t.py", 3, "step"), Frame("kernel", "k")], 10),
+                          ([Frame("python", "load (t.py:8)", "t.py", 8, "load"), Frame("kernel", "k")], 10)])
+
+
+def ev(traits: Traits | None = None, **split) -> Evidence:
+    lines = Lines(PROF)
+    n = len(lines.labels)
+    arrays = {k: np.zeros(n) for k in ("lines_loader", "lines_launch", "lines_python", "lines_short")}
+    return Evidence(PROF, PROF, Waits(wall=D, device_time=D, idle=D // 2), lines,
+                    Split(**{"device": D, **arrays, **split}), traits or Traits(), phased=False)
+
+
+def test_gpu_bound_busy_and_queued_above_seventy_percent() -> None:
+    at = int(fd.GPU_BUSY_ABOVE * D)
+    assert fd.gpu_bound(ev(busy=at)) is None  # "above": not at
+    assert fd.gpu_bound(ev(busy=at - 100, queued=99)) is None
+    f = fd.gpu_bound(ev(busy=at - 100, queued=101, comm_wait=600, pageable=300))
+    assert f is not None
+    # the share explained: computing (busy less its waits and copies) and the queue
+    assert f.share == pytest.approx((at - 100 - 600 - 300 + 101) / D)
+    assert "waits in collectives and pageable copies left out" not in f.figure  # 0.9%: said from 1%
+    assert "between kernels already launched" not in f.figure  # 0.1% queued
+
+
+def test_gpu_bound_says_the_parts_of_one_percent_and_more() -> None:
+    one = D // 100
+    f = fd.gpu_bound(ev(busy=80_000, comm_wait=one // 2, pageable=one - one // 2, queued=one))
+    assert "(its waits in collectives and pageable copies left out)" in f.figure
+    assert ", 1.0% of it between kernels already launched" in f.figure
+    f = fd.gpu_bound(ev(busy=80_000, comm_wait=one // 2, pageable=one // 2 - 1, queued=one - 1))
+    assert "left out" not in f.figure and "between kernels" not in f.figure
+    f = fd.gpu_bound(ev(Traits(compiled=True, graphed=True), busy=80_000))
+    assert "(the program is already compiled and CUDA-graphed)" in f.figure
+
+
+def test_launch_bound_at_its_three_thresholds() -> None:
+    k = fd.LAUNCH_MIN_KERNELS
+    short = np.array([0.0, 5.0])
+
+    def rule(launch=fd.LAUNCH_SHARE * D, kernels=k, short_kernels=int(fd.LAUNCH_SHORT_SHARE * k)):
+        return fd.launch_bound(ev(launch=launch, kernels=kernels, short_kernels=short_kernels, lines_short=short))
+
+    f = rule()
+    assert f is not None and f.share == pytest.approx(fd.LAUNCH_SHARE)
+    assert f.figure.startswith(f"GPU idle {fd.LAUNCH_SHARE:.0%} of the run's GPU time between launches")
+    # No idle on launching lines: the lines of the short kernels are named.
+    assert f.lines == [Lines(PROF).labels[1]]
+    assert rule(launch=fd.LAUNCH_SHARE * D - 1) is None
+    assert rule(kernels=k - 1, short_kernels=k - 1) is None
+    assert rule(short_kernels=int(fd.LAUNCH_SHORT_SHARE * k) - 1) is None
+
+
+def test_host_bound_and_sync_at_their_thresholds() -> None:
+    assert fd.host_bound(ev(python=fd.HOST_SHARE * D - 1, lines_python=np.array([1.0, 0.0]))) is None
+    assert fd.host_bound(ev(python=fd.HOST_SHARE * D, lines_python=np.array([1.0, 0.0]))) is not None
+    assert fd.sync_in_loop(ev(after_sync=int(fd.SYNC_SHARE * D) - 1)) is None
+
+
+def test_dataloader_wait_at_its_thresholds() -> None:
+    lines = np.array([0.0, 7.0])
+    idle = D // 2
+    need = max(fd.LOADER_DEVICE_SHARE * D, fd.LOADER_IDLE_SHARE * idle)
+    assert fd.dataloader_wait(ev(loader=need, lines_loader=lines)) is not None
+    assert fd.dataloader_wait(ev(loader=need - 1, lines_loader=lines)) is None
+    # No idle figure (an older profile): no verdict, rather than a comparison with None.
+    e = ev(loader=need, lines_loader=lines)
+    e.w.idle = None
+    assert fd.dataloader_wait(e) is None
