@@ -8,6 +8,7 @@ import pytest
 from conftest import synthetic_profile
 
 from dlpt.frames import Frame
+from dlpt.header import Header
 from dlpt.waits import IDLE_PARTS, memory_peak, rank_window, waits
 
 KERNEL = [([Frame("python", "step (t.py:3)", "t.py", 3, "step"), Frame("kernel", "k")], 1000)]
@@ -71,10 +72,10 @@ def test_a_profile_without_gpu_figures_has_none() -> None:
     ({}, None),
 ])
 def test_rank_window(meta, want) -> None:
-    assert rank_window(meta) == (want, None)
+    assert rank_window(Header.from_dict(meta)) == (want, None)
     gi = {"busy": 1}
-    assert rank_window({**meta, "gpu_idle": gi}) == (want, gi)
-    assert rank_window({**meta, "gpu_idle": [1]}) == (want, None)
+    assert rank_window(Header.from_dict({**meta, "gpu_idle": gi})) == (want, gi)
+    assert rank_window(Header.from_dict({**meta, "gpu_idle": [1]})) == (want, None)
 
 
 MEMORY = [
