@@ -272,3 +272,26 @@ def to_block(profile: Profile, entry_file: str) -> Profile:
     bparent, bframe, node_map = merge_map(kept.cct, callers)
     exc = sum_rows(node_map, kept.cct.exclusive, len(bparent))
     return replace(kept, cct=CCT(bparent, bframe, exc), activities=replace(kept.activities, node=node_map[kept.activities.node]))
+
+
+FOLD_SHARE = 0.001
+
+
+def fold_sampled_library(prof: Profile) -> Profile:
+    """Library subtrees that only the sampler saw (host and idle time, nothing else) and that
+    hold under 0.1% of either fold into their caller: the sampler walks every import and every
+    call torch makes in Python, thousands of contexts a view would hide anyway, while their
+    time stays on the line that called them."""
+    cct = prof.cct
+    inc = cct.inclusive
+    sampled = [COL["host_time"], COL["gpu_idle_time"]]
+    only = ~np.delete(inc, sampled, axis=1).any(axis=1)
+    small = np.ones(len(cct), dtype=bool)
+    for c in sampled:
+        small &= inc[:, c] < FOLD_SHARE * max(int(inc[0, c]), 1)
+    lib = np.fromiter((is_library(f) for f in prof.frames), dtype=bool, count=len(prof.frames))[cct.frame]
+    # A subtree at the top (under the root, or a phase's node, which becomes the root) stays: its
+    # caller would be the root, whose own time no view shows.
+    top = np.fromiter((f.kind in ("root", "phase") for f in prof.frames), dtype=bool, count=len(prof.frames))
+    lib &= ~top[cct.frame[np.maximum(cct.parent, 0)]]
+    return prune_empty(fold_into_parents(prof, only & small & lib))  # and the frames no node uses now

@@ -29,7 +29,7 @@ from dlpt.version import __version__
 GPU_ONLY = frozenset({"devices", "gpu_idle", "timeline", "memory"})
 # A person's word on how a file was made, added after recording; no collector writes it. The
 # two current H100 samples carry one: the recorder of the day left its library fold to
-# trie_converter.fold_sampled_library, which the recorder now runs itself.
+# dlpt.transforms.fold_sampled_library, which the recorder now runs itself.
 NOTE = "note"
 # Keys the collector writes only when the program does something: `dataloaders`, when it iterates
 # a DataLoader (collectors/record/session.py); `compiled_provenance`, when torch.compile'd code's

@@ -41,14 +41,14 @@ from dlpt.collectors.record.phases import (
     phase_walls,
     raw_spans,
 )
-from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, is_library, source_frame, unattributed_frame
+from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, source_frame, unattributed_frame
 from dlpt.header import Header, Timeline
 from dlpt.idle import blame, idle_column, split_by_device, timeline
 from dlpt.metrics import ACTIVITY_KIND_INFO, COL
 from dlpt.phases import phase_frame
 from dlpt.profile import Profile
 from dlpt.sources import read_source
-from dlpt.transforms import fold_into_parents, prune_empty
+from dlpt.transforms import fold_sampled_library
 
 # The sampler's time in frames that are all dlpt's or runpy's: the program had not begun, or had ended.
 OUTSIDE = "outside the program's code (dlpt starting or ending it)"
@@ -308,26 +308,3 @@ class TrieConverter:
             if text is not None:
                 out[f] = text
         return out
-
-
-FOLD_SHARE = 0.001
-
-
-def fold_sampled_library(prof: Profile) -> Profile:
-    """Library subtrees that only the sampler saw (host and idle time, nothing else) and that
-    hold under 0.1% of either fold into their caller: the sampler walks every import and every
-    call torch makes in Python, thousands of contexts a view would hide anyway, while their
-    time stays on the line that called them."""
-    cct = prof.cct
-    inc = cct.inclusive
-    sampled = [COL["host_time"], COL["gpu_idle_time"]]
-    only = ~np.delete(inc, sampled, axis=1).any(axis=1)
-    small = np.ones(len(cct), dtype=bool)
-    for c in sampled:
-        small &= inc[:, c] < FOLD_SHARE * max(int(inc[0, c]), 1)
-    lib = np.fromiter((is_library(f) for f in prof.frames), dtype=bool, count=len(prof.frames))[cct.frame]
-    # A subtree at the top (under the root, or a phase's node, which becomes the root) stays: its
-    # caller would be the root, whose own time no view shows.
-    top = np.fromiter((f.kind in ("root", "phase") for f in prof.frames), dtype=bool, count=len(prof.frames))
-    lib &= ~top[cct.frame[np.maximum(cct.parent, 0)]]
-    return prune_empty(fold_into_parents(prof, only & small & lib))  # and the frames no node uses now
