@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from dlpt.errors import DlptError, notice
 from dlpt.profile import Profile, unknown_device_events, unknown_device_text
@@ -97,3 +98,21 @@ def open_profiles(paths: list[str], rank: int | None = None, progress: Progress 
 
         prof = select_rank(prof, rank)
     return prof
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What `dlpt view` asks the TUI to show: the paths and how to open them. The TUI opens them
+    itself, in its background worker, so that its loading screen and progress come up at once;
+    the loader still does the opening (`open`), and the viewer only calls it."""
+
+    paths: list[str] = field(default_factory=list)
+    rank: int | None = None
+    as_ranks: bool = False
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.paths)
+
+    def open(self, progress: Progress | None = None) -> Profile:
+        return open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)

@@ -17,7 +17,7 @@ from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.record.rank_env import default_output, rank_info, rank_output
 from dlpt.errors import DlptError
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile, open_profiles
+from dlpt.loader import Inputs, open_profile, open_profiles
 from dlpt.merge import merge_profiles
 from dlpt.metrics import COL, KERNEL, METRICS, METRICS_V1, is_collective
 from dlpt.ranks import rank_nodes, select_rank, straggler
@@ -267,7 +267,7 @@ def test_tui_opens_several_paths_and_one_rank(tmp_path):
         files.append(str(f))
 
     async def total(rank: int | None) -> int:
-        app = DlptApp(files, rank=rank)
+        app = DlptApp(Inputs(files, rank))
         async with app.run_test(size=(120, 20)) as pilot:
             for _ in range(100):
                 await app.workers.wait_for_complete()

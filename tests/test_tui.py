@@ -19,7 +19,7 @@ from textual.widgets import Static
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile
+from dlpt.loader import Inputs, open_profile
 from dlpt.metrics import COL, KERNEL, exclusive_matrix
 from dlpt.profile import Activities, Profile
 from dlpt.sources import snapshot_sources
@@ -297,7 +297,7 @@ async def test_detail_shows_source_with_line_shares(gpt: Profile) -> None:
 async def test_export_hotspots(tmp_path) -> None:
     trace = tmp_path / "copies.pt.trace.json.gz"
     shutil.copy(COPIES, trace)
-    app = DlptApp(str(trace))
+    app = DlptApp(Inputs([str(trace)]))
     old_mask = os.umask(0o022)
     try:
         async with app.run_test(size=(100, 30)) as pilot:

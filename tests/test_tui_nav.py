@@ -17,7 +17,7 @@ from textual.widgets import Footer
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
-from dlpt.loader import open_profile
+from dlpt.loader import Inputs, open_profile
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.sources import snapshot_sources
@@ -54,7 +54,7 @@ def assert_cursor_on_screen(app: DlptApp) -> None:
 
 @run_async
 async def test_cpu_profile_opens_on_host_time() -> None:
-    app = DlptApp(CPU)
+    app = DlptApp(Inputs([CPU]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         assert app.metric == "host_time"  # the recording sampled it: the time on each line
@@ -81,7 +81,7 @@ async def test_cpu_profile_opens_on_host_time() -> None:
 
 @run_async
 async def test_metric_given_on_the_command_line_wins() -> None:
-    app = DlptApp(CPU, metric="gpu_time")
+    app = DlptApp(Inputs([CPU]), metric="gpu_time")
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         assert app.metric == "gpu_time" and app.table.total == 0
@@ -102,7 +102,7 @@ def _render(renderable) -> str:
 async def test_rows_without_the_metric_are_hidden_and_counted() -> None:
     """Under host_time, `opt.step()` opened onto `aten::` rows at 0.0% with blank values: its
     ops have CPU time, the line has the wall time. Such rows are left out, and counted."""
-    app = DlptApp(CPU)
+    app = DlptApp(Inputs([CPU]))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         o, col = app.outline, COL["host_time"]
@@ -145,7 +145,7 @@ async def test_rows_without_the_metric_are_hidden_and_counted() -> None:
 
 @run_async
 async def test_a_search_whose_matches_hold_none_of_the_metric() -> None:
-    app = DlptApp(CPU)
+    app = DlptApp(Inputs([CPU]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         keys = app.outline.keys.copy()
@@ -196,7 +196,7 @@ def test_file_names_keep_their_start_and_line() -> None:
 
 @run_async
 async def test_deep_library_rows_keep_their_file_names() -> None:
-    app = DlptApp(CPU)
+    app = DlptApp(Inputs([CPU]))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("l")

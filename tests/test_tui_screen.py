@@ -20,6 +20,7 @@ from textual.worker import WorkerState
 
 from dlpt.cct import CCT, TreeBuilder
 from dlpt.frames import Frame, FrameTable
+from dlpt.loader import Inputs
 from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.viewers.tui import DlptApp
@@ -54,7 +55,7 @@ def assert_detail_is_the_cursor_row(app: DlptApp) -> None:
 @pytest.mark.parametrize("path", [SMALL, str(DATA / "gpu_nanogpt_b8.dlpt"), str(DATA / "cpu_train_small.dlpt")])
 @run_async
 async def test_opens_on_the_hot_path(path: str) -> None:
-    app = DlptApp(path)
+    app = DlptApp(Inputs([path]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         o, t = app.outline, app.table
@@ -111,7 +112,7 @@ def assert_headers_over_numbers(app: DlptApp) -> int:
 @pytest.mark.parametrize("size", [(80, 24), (140, 40), (200, 50)])
 @run_async
 async def test_headers_align_with_their_numbers(size: tuple[int, int]) -> None:
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         n = assert_headers_over_numbers(app)
@@ -179,7 +180,7 @@ async def test_numbers_are_never_cut() -> None:
 
 @run_async
 async def test_search_finds_the_code_shown_beside_a_line() -> None:
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         await search(pilot, *CODE_ONLY)
@@ -198,7 +199,7 @@ async def test_search_finds_the_code_shown_beside_a_line() -> None:
 
 @run_async
 async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         keys, cursor = app.outline.keys.copy(), app.table.cursor
@@ -225,7 +226,7 @@ async def test_search_without_a_match_keeps_the_table_and_says_so() -> None:
 @run_async
 async def test_the_search_box_opens_on_the_filter_selected() -> None:
     """`/` shows the current filter selected: typing replaces it (it was appended to)."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         await search(pilot, *CODE_ONLY)
@@ -242,7 +243,7 @@ async def test_the_search_box_opens_on_the_filter_selected() -> None:
 @run_async
 async def test_the_search_box_opens_empty_where_input_cannot_select(monkeypatch) -> None:
     monkeypatch.delattr(Input, "select_all")
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         await search(pilot, *CODE_ONLY)
@@ -253,7 +254,7 @@ async def test_the_search_box_opens_empty_where_input_cannot_select(monkeypatch)
 
 @run_async
 async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         await search(pilot, *CODE_ONLY)
@@ -272,7 +273,7 @@ async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
 async def test_the_table_keeps_the_keys_after_background_work() -> None:
     """A search or a view built in the background makes the table `loading` for a moment;
     after it the arrow keys still move the table's cursor (they went to the detail pane)."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         # A filter that leaves several rows in every view (CODE_ONLY leaves one line of code
@@ -313,7 +314,7 @@ def test_snapshot_first_screen(snap_compare, size: tuple[int, int]) -> None:
     async def before(pilot) -> None:
         await settle(pilot)
 
-    assert snap_compare(DlptApp(SMALL), terminal_size=size, run_before=before)
+    assert snap_compare(DlptApp(Inputs([SMALL])), terminal_size=size, run_before=before)
 
 
 def test_snapshot_metric_picker_80x24(snap_compare) -> None:
@@ -322,7 +323,7 @@ def test_snapshot_metric_picker_80x24(snap_compare) -> None:
         await pilot.press("m")
         await pilot.pause()
 
-    assert snap_compare(DlptApp(SMALL), terminal_size=(80, 24), run_before=before)
+    assert snap_compare(DlptApp(Inputs([SMALL])), terminal_size=(80, 24), run_before=before)
 
 
 # ---- a short screen -------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def test_snapshot_metric_picker_80x24(snap_compare) -> None:
 async def test_a_short_screen_gives_the_table_its_rows(path: str) -> None:
     """At 80×24 the header's lines are cut, not wrapped, the memory sparkline and most of the
     detail pane give way, and the table shows at least 10 rows (it showed 3)."""
-    app = DlptApp(path)
+    app = DlptApp(Inputs([path]))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         header = app.query_one("#header", Static)
@@ -340,7 +341,7 @@ async def test_a_short_screen_gives_the_table_its_rows(path: str) -> None:
         assert header.size.height == len(lines) and all(cell_len(ln) <= 78 for ln in lines)
         assert not any("allocated over the run" in ln for ln in lines)
         assert app.table.visible_rows() >= 10
-    tall = DlptApp(path)
+    tall = DlptApp(Inputs([path]))
     async with tall.run_test(size=(120, 50)) as pilot:  # a tall screen keeps them
         await settle(pilot)
         assert any("allocated over the run" in ln for ln in header_text(tall).splitlines())
@@ -349,7 +350,7 @@ async def test_a_short_screen_gives_the_table_its_rows(path: str) -> None:
 @run_async
 async def test_a_screen_resized_short_gets_the_short_layout() -> None:
     """Textual hands the new size to on_resize before storing it: the layout follows the event's."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         assert not app.compact
@@ -458,7 +459,7 @@ WORKS = ["search result", "search error", "per-line totals"]
 async def test_work_landing_as_the_table_unmounts(monkeypatch, work: str) -> None:
     """The work lands while the table is being unmounted: still in the DOM, its removal begun.
     (A worker's error is a message, which the app reads once the removal it awaits is done.)"""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         landed = _landings(monkeypatch)
@@ -482,7 +483,7 @@ async def test_work_landing_as_the_table_unmounts(monkeypatch, work: str) -> Non
 async def test_work_landing_after_quitting(monkeypatch) -> None:
     """`q` while the detail pane's per-line totals are built: they land once the app has exited,
     its widgets not yet torn down. (A search's worker is cancelled on exit before it lands.)"""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         landed = _landings(monkeypatch)
@@ -507,7 +508,7 @@ async def test_a_queued_detail_update_goes_with_its_table(monkeypatch) -> None:
         real(self)
 
     monkeypatch.setattr(DlptApp, "update_detail", update_detail)
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         o = app.outline
@@ -526,7 +527,7 @@ async def test_a_queued_detail_update_goes_with_its_table(monkeypatch) -> None:
 async def test_the_detail_pane_gone_before_the_table() -> None:
     """Closing the screen removes its widgets side by side: the pane can go first, while the
     table's timer still runs."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         await app.query_one("#detail").remove()
@@ -539,7 +540,7 @@ async def test_the_detail_pane_gone_before_the_table() -> None:
 @run_async
 async def test_a_failure_building_per_line_totals_is_reported(monkeypatch) -> None:
     """The detail pane's per-line totals failing is the pane's trouble: said, the app goes on."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         landed = _landings(monkeypatch)
@@ -559,7 +560,7 @@ async def test_a_failure_building_per_line_totals_is_reported(monkeypatch) -> No
 @run_async
 async def test_late_callbacks_after_the_table_is_gone(late: str) -> None:
     """What reaches the app after the table went, from work armed before: each does nothing."""
-    app = DlptApp(SMALL)
+    app = DlptApp(Inputs([SMALL]))
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         table = app.table

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     # A full-screen app with no terminal (a pipe, CI, `ssh host cmd`) writes escape codes and
     # waits for keys that never come: refuse, and name the command that prints the same views.
-    from dlpt.loader import input_files
+    from dlpt.loader import Inputs, input_files
 
     for path in args.profile:
         input_files(path)  # a missing input is said as such first
@@ -49,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
     from dlpt.phases import phase_name
     from dlpt.viewers.tui import run_app
 
-    return run_app(args.profile, include_library=args.include_library, metric=args.metric, rank=args.rank,
-                   as_ranks=args.as_ranks, phase=phase_name(args.phase))
+    return run_app(Inputs(list(args.profile), args.rank, args.as_ranks), include_library=args.include_library,
+                   metric=args.metric, phase=phase_name(args.phase))

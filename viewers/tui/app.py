@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.markup import escape
@@ -36,6 +36,9 @@ from dlpt.viewers.tui.rows import METRIC_CYCLE, FlatRows, Outline, Rows, TreeRow
 from dlpt.viewers.tui.search import filter_keys, has_match
 from dlpt.viewers.tui.table import TreeTable
 from dlpt.views import GROUPINGS, FlatView, flat
+
+if TYPE_CHECKING:
+    from dlpt.loader import Inputs
 
 
 class DlptApp(App[int]):
@@ -76,17 +79,15 @@ class DlptApp(App[int]):
     DETAIL_DELAY = 0.05
     VIEW_KEYS = [(b.key, b.description) for b in BINDINGS if isinstance(b, Binding) and b.action.startswith("view(")]
 
-    def __init__(self, path: str | list[str] | None = None, profile: Profile | None = None, *,
-                 include_library: bool = False, metric: str | None = None, rank: int | None = None,
-                 as_ranks: bool = False, phase: str = "all") -> None:
+    def __init__(self, inputs: Inputs | None = None, profile: Profile | None = None, *,
+                 include_library: bool = False, metric: str | None = None, phase: str = "all") -> None:
         super().__init__()
-        if not path and profile is None:
-            raise ValueError("DlptApp needs a path or a profile")
-        # Several paths (ranks, or a directory of them) open as one merged profile.
-        self.paths = [path] if isinstance(path, str) else list(path or [])
-        self.path = " ".join(self.paths) or None
-        self.rank = rank
-        self.as_ranks = as_ranks  # merge several paths as ranks whatever they record (dlpt/runs.py)
+        if inputs is None and profile is None:
+            raise ValueError("DlptApp needs inputs to open or a profile")
+        # What to open (dlpt.loader.Inputs: several paths open as one merged profile), opened in
+        # the background worker so that the loading screen comes up at once.
+        self.inputs = inputs
+        self.path = inputs.name if inputs is not None else None
         self.phase = phase  # the part of the run shown (dlpt/phases.py), chosen with `dlpt view --phase`
         self.base = profile
         self.include_library = include_library
@@ -206,9 +207,7 @@ class DlptApp(App[int]):
 
     def _load(self) -> LibraryViews:
         if self.base is None:
-            from dlpt.loader import open_profiles
-
-            assert self.path is not None
+            assert self.inputs is not None
             last = [0.0]
 
             def progress(what: str, done: int, total: int) -> None:
@@ -220,7 +219,7 @@ class DlptApp(App[int]):
                     pct = f" {100 * done // total}%" if total else ""
                     self.call_from_thread(self._deliver, self._set_busy, f"{what}{pct}")
 
-            opened = open_profiles(self.paths, self.rank, progress=progress, as_ranks=self.as_ranks)
+            opened = self.inputs.open(progress)
             # The phase shown (`dlpt view --phase`); the TUI shows no diagnosis, so none is judged.
             self.base = select_phase(opened, self.phase)
         if not self.metric:
@@ -494,13 +493,12 @@ class DlptApp(App[int]):
     action_hottest = actions.action_hottest
 
 
-def run_app(path: str | list[str], include_library: bool = False, metric: str | None = None,
-            rank: int | None = None, as_ranks: bool = False, phase: str = "all") -> int:
-    """Run the TUI on `path` (or several, merged); raise DlptError when it cannot be opened."""
-    for p in [path] if isinstance(path, str) else path:
+def run_app(inputs: Inputs, include_library: bool = False, metric: str | None = None, phase: str = "all") -> int:
+    """Run the TUI on `inputs` (several paths merged); raise DlptError when they cannot be opened."""
+    for p in inputs.paths:
         if not os.path.exists(p):
             raise DlptError(f"{p}: no such file or directory")
-    app = DlptApp(path, include_library=include_library, metric=metric, rank=rank, as_ranks=as_ranks, phase=phase)
+    app = DlptApp(inputs, include_library=include_library, metric=metric, phase=phase)
     rc = app.run()
     if app.error:
         raise DlptError(app.error)
