@@ -170,3 +170,26 @@ def test_the_rank_that_waited_most_is_excluded_only_past_the_margin(w0, excluded
         assert v is None
     else:
         assert (v["metric"], v["rank"], v["excess"]) == ("host_time", 1, 1000)
+
+
+def test_a_wait_of_exactly_five_percent_is_a_finding() -> None:
+    # 100 of 1900 + 100 = 2000: 5% exactly (0.05 x 2000 = 100.0 in floats too): at the threshold.
+    f = rank_wait(evidence(merge_profiles([rank(0, 1000, 1900, 1500, 100), rank(1, 1000, 1900, 1500, 0)])))
+    assert f is not None and "(5% of its host time" in f.figure
+
+
+def test_a_rank_with_no_span_is_not_the_one_that_waited_most() -> None:
+    # Rank 1 has no host time and no window: span 0, its share counted 0. Rank 0 waited 300 of
+    # 2300 (13%): it is the one. Host straggler: rank 0 (2000 against 0), but rank 0 waited
+    # clearly more (300 > 1.5 x 0): excluded; GPU and ops even: no verdict.
+    merged = merge_profiles([rank(0, 1000, 2000, 1500, 300), rank(1, 1000, 0, 1500, 0)])
+    assert rank_story(merged) == (300, 2300, "its host time", 0, None)
+
+
+def test_a_wait_longer_than_its_span_is_said_as_all_of_it() -> None:
+    # Rank 0's phase window holds 500 ns, its estimated wait 900: 180% is said as 100%.
+    merged = merge_profiles([rank(0, 1000, 2000, 1500, 900), rank(1, 1900, 2000, 1500, 0)])
+    merged.meta["phase"] = "steady"
+    merged.meta["ranks"] = [{"rank": 0, "window": {"start": 0, "end": 900, "wall": 500}}, {"rank": 1}]
+    f = rank_wait(evidence(merged))
+    assert "rank 0 waited 900 ns in collectives for another rank (100% of its steady time" in f.figure
