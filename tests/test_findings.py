@@ -277,3 +277,54 @@ def test_distinct_verdicts_never_explain_more_than_the_whole(tmp_path):
     got = fd.findings(_loop(tmp_path, loader_us=100.0, copy="Pageable", sync_us=20.0))
     assert len(got) >= 2
     assert sum(f.share for f in got if f.share is not None) <= 1.0
+
+
+PROG_TWO_LOOPS = PROG + "while False:\n    pass\n"  # a second loop: lines 10-11
+
+
+def _recorded_path(path: list[Frame], sources: dict[str, str], sync_ns: int = 100_000_000):
+    """A recording without GPU figures whose innermost frame of `path` (outermost first) blocked
+    `sync_ns` (100 ms) of a 1 s run."""
+    from dataclasses import replace
+
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    node = 0
+    for f in path:
+        node = b.child(node, frames.intern(f))
+    cols = ActivityColumns()
+    cols.extra["sync_time"] = (np.array([node]), np.array([sync_ns]))
+    cols.extra["host_time"] = (np.array([node]), np.array([1_000_000_000]))
+    prof = build_profile(b, frames, cols, {"source": "record", "window": {"start": 0, "end": 1_000_000_000}})
+    return replace(prof, sources=sources)
+
+
+def _py(file: str, line: int, fn: str) -> Frame:
+    return Frame("python", f"{fn} ({file}:{line})", file, line, fn)
+
+
+@pytest.mark.parametrize("outer", [Frame("thread", "MainThread"), _py("other.py", 3, "main")])
+def test_frames_that_say_nothing_are_passed_over_to_the_ones_that_do(outer) -> None:
+    # Outermost a frame that says nothing of loops (a thread, not Python code; a file whose
+    # source is not stored), then prog.py:9 — after PROG's loop (lines 7-8) — then step() at
+    # line 5 (inside no loop). The walk goes on past the first to prog.py's: known, in no loop:
+    # the sync waits once, no finding.
+    path = [outer, _py("prog.py", 9, "<module>"), _py("prog.py", 5, "step")]
+    assert "sync-in-loop" not in _rules(_recorded_path(path, {"prog.py": PROG}))
+    # Called from line 8, in the loop's body: a finding.
+    path[1] = _py("prog.py", 8, "<module>")
+    assert "sync-in-loop" in _rules(_recorded_path(path, {"prog.py": PROG}))
+
+
+def test_a_line_in_one_of_two_loops_is_in_a_loop() -> None:
+    # Line 8 is inside the `for` (7-8), not inside the `while` (10-11): in a loop.
+    path = [_py("prog.py", 8, "<module>"), _py("prog.py", 5, "step")]
+    assert "sync-in-loop" in _rules(_recorded_path(path, {"prog.py": PROG_TWO_LOOPS}))
+
+
+def test_without_gpu_figures_the_hosts_wait_is_judged_against_the_wall() -> None:
+    # No GPU activity: the sync's share of the 1 s wall decides, at 5%. 40 ms = 4%: none (though
+    # the line's 4% is past the 1% a line needs); 50 ms = 5%: a finding.
+    path = [_py("prog.py", 8, "<module>"), _py("prog.py", 5, "step")]
+    assert "sync-in-loop" not in _rules(_recorded_path(path, {"prog.py": PROG}, 40_000_000))
+    assert "sync-in-loop" in _rules(_recorded_path(path, {"prog.py": PROG}, 50_000_000))

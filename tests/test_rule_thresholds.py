@@ -20,12 +20,12 @@ PROF = synthetic_profile([([Frame("python", "step (t.py:3)", "t.py", 3, "step"),
                           ([Frame("python", "load (t.py:8)", "t.py", 8, "load"), Frame("kernel", "k")], 10)])
 
 
-def ev(traits: Traits | None = None, **split) -> Evidence:
+def ev(traits: Traits | None = None, phased_of: str = "run", **split) -> Evidence:
     lines = Lines(PROF)
     n = len(lines.labels)
     arrays = {k: np.zeros(n) for k in ("lines_loader", "lines_launch", "lines_python", "lines_short")}
     return Evidence(PROF, PROF, Waits(wall=D, device_time=D, idle=D // 2), lines,
-                    Split(**{"device": D, **arrays, **split}), traits or Traits(), phased=False)
+                    Split(**{"device": D, **arrays, **split}), traits or Traits(), phased=phased_of != "run")
 
 
 def test_gpu_bound_busy_and_queued_above_seventy_percent() -> None:
@@ -84,3 +84,64 @@ def test_dataloader_wait_at_its_thresholds() -> None:
     e = ev(loader=need, lines_loader=lines)
     e.w.idle = None
     assert fd.dataloader_wait(e) is None
+
+
+def copies(count: list[int] | None) -> Evidence:
+    """Line t.py:20 copying 3 MiB from pageable memory, 30 us on the device in all: one activity
+    row, standing for `count` copies where the row has a count (a recording's rows)."""
+    from dlpt.cct import TreeBuilder
+    from dlpt.collectors.assembly import ActivityColumns, build_profile
+    from dlpt.frames import FrameTable
+    from dlpt.metrics import HTOD
+
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "r")))
+    line = b.child(0, frames.intern(Frame("python", "copy (t.py:20)", "t.py", 20, "copy")))
+    leaf = frames.intern(Frame("kernel", "Memcpy HtoD (Pageable -> Device)"))
+    cols = ActivityColumns(node=[b.child(line, leaf)], kind=[HTOD], name=[leaf], device=[0], stream=[7], start=[0],
+                           duration=[30_000], nbytes=[3 << 20], count=count or [])
+    return build_profile(b, frames, cols, {})
+
+
+def pageable(prof, wall: int | None, device_time: int) -> fd.Finding | None:
+    return fd.pageable_copies(Evidence(prof, prof, Waits(wall=wall, device_time=device_time), Lines(prof),
+                                       Split(device=device_time), Traits(), phased=False))
+
+
+def test_pageable_copies_against_the_wall_else_the_devices_time() -> None:
+    prof = copies(None)
+    # 30 us of a 2 ms wall = 1.5% < 2%: none, though 30 us is 30% of the devices' 100 us.
+    assert pageable(prof, 2_000_000, 100_000) is None
+    # 30 us of a 1 ms wall = 3.0% >= 2%.
+    f = pageable(prof, 1_000_000, 100_000)
+    assert f.lines == ["t.py:20"]
+    assert f.figure == ("host-to-device copies from pageable memory 30.0 us (3.0% of the wall time, 3.0 MiB "
+                        "in 1 copies)")
+    # No wall (a profile without a window): the devices' time stands in: 30 of 100 us = 30.0%.
+    assert "(30.0% of the wall time" in pageable(prof, None, 100_000).figure
+
+
+def test_pageable_copies_count_a_recordings_rows_by_their_count() -> None:
+    # One row standing for 40 copies: "in 40 copies", not one.
+    assert "3.0 MiB in 40 copies" in pageable(copies([40]), 1_000_000, 100_000).figure
+
+
+def test_findings_are_listed_largest_share_first_the_runs_last(monkeypatch) -> None:
+    # Four rules' verdicts, given in this order: 20% of the steady state, none (no share: 0),
+    # the run's compile verdict (90% of the run), 50% of the steady state. Listed: the steady
+    # state's by share, 50%, 20%, 0; then the run's, whatever its share.
+    made = [fd.Finding("a", share=0.2, of="steady state"), fd.Finding("none", share=None, of="steady state"),
+            fd.Finding("compile", share=0.9, of="run"), fd.Finding("b", share=0.5, of="steady state")]
+    monkeypatch.setattr(fd, "RULES", tuple((f.rule, lambda e, f=f: f) for f in made) + (("never", lambda e: None),))
+    monkeypatch.setattr(fd, "evidence", lambda profile: ev(phased_of="steady state"))
+    assert [f.rule for f in fd.findings(PROF)] == ["b", "a", "none", "compile"]
+
+
+def test_a_kept_diagnosis_is_given_back_as_it_was() -> None:
+    # A command judged the steady state already (meta.diagnosis): those verdicts, not the rules'
+    # on this profile (which has none of these); entries that are not verdicts are skipped.
+    from dataclasses import replace
+
+    kept = fd.Finding("gpu-bound", ["t.py:3"], "busy 95%", "more work per kernel", 0.95, "steady state")
+    prof = replace(PROF, meta=replace(PROF.meta, diagnosis=[kept.to_json(), "junk"]))
+    assert fd.findings(prof) == [kept]

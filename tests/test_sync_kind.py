@@ -69,3 +69,10 @@ def test_library_code_above_the_users_line_is_not_where_it_waits() -> None:
     outer_user = Frame("python", "main (main.py:2)", "/home/u/main.py", 2, "main")
     _, where = _sync_of([([outer_user, OUTER_LIB, USER, Frame("op", "aten::item")], 1)])
     assert where == ""
+
+
+def test_a_path_of_library_code_only_names_its_innermost_library_frame() -> None:
+    # No user frame on the path (a sync inside a library's own loop): every frame is below "the
+    # user's line", so LIB, the only library frame, is where it waited (all of the weight).
+    _, where = _sync_of([([LIB, Frame("op", "aten::item")], 1)])
+    assert where == "nn/functional.py:50 helper"
