@@ -287,7 +287,7 @@ def pageable_copies(e: Evidence) -> Finding | None:
     return Finding(
         "pageable-copies", e.lines.top(e.lines.sums(per_node)),
         f"host-to-device copies from pageable memory {fmt_time(total)} ({total / wall:.1%} of the wall time, "
-        f"{nbytes / 2**20:.1f} MiB in {count} copies)",
+        f"{nbytes / 2**20:.1f} MiB in {count} cop{'y' if count == 1 else 'ies'})",
         "copies from pageable memory are staged and block the host: pin the source "
         "(DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, non_blocking=True)",
         share, e.of)

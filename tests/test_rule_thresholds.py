@@ -116,7 +116,7 @@ def test_pageable_copies_against_the_wall_else_the_devices_time() -> None:
     f = pageable(prof, 1_000_000, 100_000)
     assert f.lines == ["t.py:20"]
     assert f.figure == ("host-to-device copies from pageable memory 30.0 us (3.0% of the wall time, 3.0 MiB "
-                        "in 1 copies)")
+                        "in 1 copy)")
     # No wall (a profile without a window): the devices' time stands in: 30 of 100 us = 30.0%.
     assert "(30.0% of the wall time" in pageable(prof, None, 100_000).figure
 
@@ -124,6 +124,8 @@ def test_pageable_copies_against_the_wall_else_the_devices_time() -> None:
 def test_pageable_copies_count_a_recordings_rows_by_their_count() -> None:
     # One row standing for 40 copies: "in 40 copies", not one.
     assert "3.0 MiB in 40 copies" in pageable(copies([40]), 1_000_000, 100_000).figure
+    # One copy is said in the singular ("in 1 copies" read wrong), as dataloader-wait's count is.
+    assert pageable(copies([1]), 1_000_000, 100_000).figure.endswith("3.0 MiB in 1 copy)")
 
 
 def test_findings_are_listed_largest_share_first_the_runs_last(monkeypatch) -> None:
@@ -145,3 +147,4 @@ def test_a_kept_diagnosis_is_given_back_as_it_was() -> None:
     kept = fd.Finding("gpu-bound", ["t.py:3"], "busy 95%", "more work per kernel", 0.95, "steady state")
     prof = replace(PROF, meta=replace(PROF.meta, diagnosis=[kept.to_json(), "junk"]))
     assert fd.findings(prof) == [kept]
+
