@@ -31,6 +31,7 @@ from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
 from dlpt.transforms import hide_library
+from dlpt.views import flat
 from dlpt.waits import rank_window
 
 # Thresholds, named so that the report and the tests speak of the same numbers. Shares are of
@@ -424,8 +425,9 @@ def rank_story(profile: Profile) -> tuple[int, int, str, int, dict[str, Any] | N
     # every other rank: where the ranks took turns (a loaded host stalling each in turn: 29 and
     # 31 ms of wait over five steps on two ranks), no rank is excluded from being the straggler.
     clear = waited > WAITER_MARGIN * max(x[0] for x in per_rank[:-1])
-    verdict = explaining_verdict(straggler(profile, "gpu_time"), straggler(profile, "host_time"), waited,
-                                 straggler(profile, "cpu_time"), who if clear else None)
+    fv = flat(profile, "line")  # the three verdicts' straggler lines, from one flat view
+    gpu, host, ops = (straggler(profile, m, fv) for m in ("gpu_time", "host_time", "cpu_time"))
+    verdict = explaining_verdict(gpu, host, waited, ops, who if clear else None)
     return waited, span, of_what, who, verdict
 
 
