@@ -35,11 +35,15 @@ class Scope:
         name a rank that is slow only there."""
         found = [f.to_json() for f in findings(profile)]
         verdicts: Stragglers | None = None
+        shown = select_phase(profile, self.phase)
+        prof = self._views(shown)
         if is_multi_rank(profile):
             phased = has_phases(profile)
-            steady = self._views(select_phase(profile, STEADY) if phased else profile)
+            judged = select_phase(profile, STEADY) if phased else profile
+            # The steady state's views are the shown ones where both are the same profile (no
+            # phases, or --phase steady): transformed once.
+            steady = prof if judged is shown else self._views(judged)
             verdicts = {"phase": STEADY if phased else ALL, "verdicts": stragglers(steady)}
-        prof = self._views(select_phase(profile, self.phase))
         meta = replace(prof.meta, diagnosis=found, stragglers=verdicts or prof.meta.stragglers)
         return replace(prof, meta=meta)
 
