@@ -1,4 +1,4 @@
-"""Real ranks: `dlpt record` under torchrun (gloo, CPU), rank 1 given four times the batch.
+"""Real ranks: `dlpt record` under torchrun (gloo, CPU), rank 1 given sixteen times the batch.
 
 One recording per launch style is shared by the tests of this module (each launch starts two
 Python processes with torch and takes a while on a small machine)."""
@@ -33,7 +33,7 @@ torch.manual_seed(0)
 # Big enough that rank 1's extra forward (tens of ms) stands above a loaded machine's noise
 model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(64 * (4 if rank == 1 else 1), 512)  # rank 1: four times the batch
+x = torch.randn(64 * (16 if rank == 1 else 1), 512)  # rank 1: sixteen times the batch (four read as noise on a loaded CI machine)
 for _ in range(6):
     loss = model(x).square().mean()  # the forward line
     opt.zero_grad()
