@@ -74,6 +74,17 @@ def main() -> None:
     tp.maybe_init_dist = lambda: None  # type: ignore[attr-defined]
     sys.modules.setdefault("tp", tp)
     sys.argv = [os.path.join(src, "generate.py"), "--checkpoint_path", str(ckpt), *argv]
+    if os.environ.get("GPTFAST_THREADS"):  # each thread's CPU seconds and last CPU, at exit (overhead probes)
+        import atexit
+        import importlib.util
+        import json
+
+        spec = importlib.util.spec_from_file_location("graph_replay", os.path.join(HERE, "graph_replay.py"))
+        gr = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(gr)  # type: ignore[union-attr]
+        threads = gr.threads
+
+        atexit.register(lambda: print("THREADS " + json.dumps(threads()), flush=True))
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 

@@ -18,10 +18,51 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
+import threading
 import time
 
 import torch
+
+
+def py_us() -> float:
+    """Median µs of a fixed pure-Python loop: the host's own speed, with no CUDA call or op in it
+    (a recorder that slows every op and one that slows the core tell apart here)."""
+    ts = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(5000):
+            acc += i * i % 7
+        ts.append((time.perf_counter() - t0) * 1e6)
+    return round(statistics.median(ts), 1)
+
+
+def threads() -> list[list]:
+    """Each thread of this process: name, CPU seconds (user + system), the CPU it last ran on."""
+    rows = []
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in sorted(os.listdir("/proc/self/task"), key=int):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat[stat.rindex(")") + 2:].split()
+        rows.append([name, round((int(rest[11]) + int(rest[12])) / tick, 2), int(rest[36])])
+    return rows
+
+
+def this_cpu() -> int:
+    """The CPU the calling thread last ran on (-1 where /proc has no thread-self)."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rindex(")") + 2:].split()[36])
 
 
 def main() -> None:
@@ -30,6 +71,10 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--sync-every", type=int, default=1)
+    ap.add_argument("--eager", type=int, default=0,
+                    help="eager ops after each replay (clone, in-place add), as gpt-fast's decode loop runs")
+    ap.add_argument("--threads", type=int, default=0, help="idle Python threads beside the loop")
+    ap.add_argument("--depth", type=int, default=0, help="Python frames between the script and the loop")
     ap.add_argument("--torch-profiler", action="store_true")
     a = ap.parse_args()
     dev = torch.device("cuda")
@@ -60,6 +105,8 @@ def main() -> None:
         g.replay()
     torch.cuda.synchronize()
 
+    py_before = py_us()
+    cpus: list[int] = []  # the CPU the main thread ran on, after each chunk
     ctx = contextlib.nullcontext()
     if a.torch_profiler:
         from torch.profiler import ProfilerActivity, profile
@@ -68,26 +115,53 @@ def main() -> None:
     chunk = 100
     walls: list[float] = []
     launch: list[float] = []
+    eager: list[float] = []  # host µs of one eager op, per chunk
+    pos = torch.zeros(1, device=dev, dtype=torch.int64)
+    kept: list[torch.Tensor] = []
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with ctx:
-        torch.cuda.synchronize()
-        e0.record()
-        t_all = time.perf_counter()
-        for _ in range(a.steps // chunk):
-            t0 = time.perf_counter()
-            lsum = 0.0
-            for i in range(chunk):
-                l0 = time.perf_counter()
-                g.replay()
-                lsum += time.perf_counter() - l0
-                if (i + 1) % a.sync_every == 0:
-                    out[0, 0].item()
+
+    def timed() -> float:
+        with ctx:
             torch.cuda.synchronize()
-            walls.append((time.perf_counter() - t0) / chunk * 1e3)
-            launch.append(lsum / chunk * 1e3)
-        e1.record()
-        torch.cuda.synchronize()
-        total = time.perf_counter() - t_all
+            e0.record()
+            t_all = time.perf_counter()
+            for _ in range(a.steps // chunk):
+                t0 = time.perf_counter()
+                lsum = esum = 0.0
+                for i in range(chunk):
+                    l0 = time.perf_counter()
+                    g.replay()
+                    lsum += time.perf_counter() - l0
+                    if a.eager:
+                        q0 = time.perf_counter()
+                        for j in range(a.eager):
+                            if j % 2:
+                                pos.add_(1)
+                            else:
+                                kept.append(out.clone())
+                        esum += time.perf_counter() - q0
+                        del kept[:]
+                    if (i + 1) % a.sync_every == 0:
+                        out[0, 0].item()
+                torch.cuda.synchronize()
+                walls.append((time.perf_counter() - t0) / chunk * 1e3)
+                launch.append(lsum / chunk * 1e3)
+                eager.append(esum / chunk / max(a.eager, 1) * 1e6)
+                cpus.append(this_cpu())
+            e1.record()
+            torch.cuda.synchronize()
+            total = time.perf_counter() - t_all
+        return total
+
+    def nested(n: int) -> float:  # the loop `--depth` Python frames down, as a program's decode loop runs
+        return timed() if n <= 0 else nested(n - 1)
+
+    idle = threading.Event()
+    for k in range(a.threads):  # idle Python threads, as a progress bar's monitor or a compile pool's readers
+        threading.Thread(target=lambda: [idle.wait(1.0) for _ in iter(idle.is_set, True)], daemon=True,
+                         name=f"idle-{k}").start()
+    total = nested(a.depth)
+    idle.set()
     # GPU time of one replay alone, outside the timed loop
     ge0, ge1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ge0.record()
@@ -101,8 +175,12 @@ def main() -> None:
         "chunk_ms": [round(w, 4) for w in walls],
         "chunk_median_ms": round(statistics.median(walls), 4),
         "replay_call_ms": round(statistics.median(launch), 4),
+        "eager_op_us": round(statistics.median(eager), 2) if a.eager else None,
         "events_ms_per_step": round(e0.elapsed_time(e1) / (a.steps // chunk * chunk), 4),
         "gpu_ms_per_replay": round(ge0.elapsed_time(ge1) / 50, 4),
+        "py_loop_us": [py_before, py_us()],
+        "main_cpus": cpus,
+        "threads": threads() if os.path.isdir("/proc/self/task") else [],
     }), flush=True)
 
 

@@ -54,7 +54,6 @@ struct TracedRecord {
 };
 struct TracedReplay {
   uint32_t graph = 0;
-  int64_t start = INT64_MAX, end = 0;  // its first kernel's start, its last one's end (once resolved)
   bool resolved = false;
   std::vector<TracedRecord> records;  // until resolved (graphs_resolve_locked)
 };
@@ -438,8 +437,6 @@ void graphs_resolve_locked(bool final) {
       p.minv = std::min(p.minv, dur);
       p.maxv = std::max(p.maxv, dur);
       mix.total += dur;
-      r.start = std::min(r.start, x.start);
-      r.end = std::max(r.end, x.end);
     }
     r.resolved = true;
     std::vector<TracedRecord>().swap(r.records);
@@ -459,16 +456,22 @@ size_t leaf_at_locked(int64_t node, int64_t name, int32_t kind, int64_t device, 
 }
 
 // The leaves with every replay traced per graph spread over its graph's kernels: each part gets
-// the replays' span times the share of the traced replays' spans its kernels took (so the gaps
-// between kernels inside a replay stay out of kernel time), and the replays' count times its
-// kernels per traced replay. A graph with no replay traced per kernel keeps one leaf.
+// the replays' span times the share of a replay's span its kernels took (so the gaps between
+// kernels inside a replay stay out of kernel time), and the replays' count times its kernels per
+// traced replay. A graph with no replay traced per kernel keeps one leaf.
+// The share is the traced replays' kernel time per replay over the graph's mean span from its
+// graph-level records, not over the traced replay's own span: that span's timestamps are not to be
+// trusted (graphs_resolve_locked): on gpt-fast `--compile` (H100, docs/BENCHMARKS.md) its records
+// carried times seconds apart, the share came out near 0, and 1.5 s of replays read as 34 ms.
 std::vector<Leaf> graph_leaves_locked() {
-  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> traced;  // graph → (replays, span)
-  for (const auto& kv : g_device.sampled) {
-    if (!kv.second.resolved) continue;
-    auto& t = traced[kv.second.graph];
-    t.first += 1;
-    t.second += kv.second.end - kv.second.start;
+  std::unordered_map<uint32_t, int64_t> traced;  // graph → its replays traced per kernel
+  for (const auto& kv : g_device.sampled)
+    if (kv.second.resolved) traced[kv.second.graph] += 1;
+  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;  // graph → (replays, span) per graph
+  for (const auto& kv : g_device.graph_replays) {
+    auto& t = spans[kv.first.second];
+    t.first += kv.second.count;
+    t.second += kv.second.total;
   }
   struct Add {
     size_t at;
@@ -480,14 +483,15 @@ std::vector<Leaf> graph_leaves_locked() {
     const GraphReplays& g = kv.second;
     auto mix = g_device.mix.find(kv.first.second);
     auto tr = traced.find(kv.first.second);
-    if (mix == g_device.mix.end() || tr == traced.end() || mix->second.total <= 0 || tr->second.second <= 0) {
+    const auto& sp = spans[kv.first.second];
+    if (mix == g_device.mix.end() || tr == traced.end() || mix->second.total <= 0 || sp.first <= 0 || sp.second <= 0) {
       if (g_device.untraced_name >= 0)
         adds.push_back(Add{leaf_at_locked(node, g_device.untraced_name, A_KERNEL, g.device, g.stream), g.count, g.total, g.minv,
                            g.maxv, 0});
       continue;
     }
-    double busy = std::min(1.0, double(mix->second.total) / double(tr->second.second));
-    double replays = double(tr->second.first);
+    double replays = double(tr->second);
+    double busy = std::min(1.0, double(mix->second.total) / replays / (double(sp.second) / double(sp.first)));
     for (const auto& part : mix->second.parts) {
       const MixPart& p = part.second;
       double share = double(p.total) / double(mix->second.total);
