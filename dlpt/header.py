@@ -128,7 +128,9 @@ class Header(MutableMapping[str, Any]):
     collector: dict[str, Any] | None = None  # R: the native collector's capabilities and stats; vary by build
     host_sampler: dict[str, Any] | None = None  # R: the sampler's period, samples, late, skipped, main_thread
     snapshots: int | None = None  # R: partial profiles written while the program ran
-    snapshot_pause_max_s: float | None = None  # R: the longest pause a snapshot cost the program
+    snapshot_pause_max_s: float | None = None  # R: the longest snapshot build, wall (it shares the GIL with the program)
+    snapshot_cpu_s: float | None = None  # R: the snapshot thread's CPU seconds in all (builds and writes)
+    snapshot_wait_max_s: float | None = None  # R: the longest wait between snapshots (stretched by their cost)
     partial: bool | None = None  # R: a snapshot of a program still running
     snapshot_time: str | None = None  # R: when that snapshot was taken, ISO 8601
     exit_status: int | None = None  # R: the program's exit status

@@ -37,6 +37,12 @@ from dlpt.version import __version__
 # (host_time, the sampler's wall time on each line) and host op time (cpu_time, inside ops).
 NO_GPU_NOTICE = "no GPU seen; recording host time (host_time) and host op time (cpu_time) only"
 SNAPSHOT_SECONDS = 5.0
+# A snapshot is built in Python on a thread of its own, so it takes the GIL from a host-bound
+# program while it runs: on gpt-fast `--compile` (H100, docs/BENCHMARKS.md) one built after the
+# compile took 1.9-15 s of wall and the samples it overlapped ran at half speed. The wait after a
+# snapshot is at least this many times its cost (the thread's CPU time), which keeps snapshots
+# under 1/SNAPSHOT_DUTY (4%) of the program's time, whatever the profile's size.
+SNAPSHOT_DUTY = 25.0
 
 # The recorder of the running `dlpt record` / `dlpt.profile`, for `dlpt.step()`.
 _ACTIVE: Recorder | None = None
@@ -75,7 +81,9 @@ class Recorder:
         self.device_error = ""
         self.post_seconds = 0.0
         self.snapshots = 0
-        self.snapshot_pause_max = 0.0
+        self.snapshot_pause_max = 0.0  # the longest snapshot build (wall: it shares the GIL with the program)
+        self.snapshot_cpu = 0.0  # the snapshot thread's CPU seconds, builds and writes
+        self.snapshot_wait_max = 0.0  # the longest wait between snapshots (SNAPSHOT_DUTY)
         self.snapshot_path = snapshot_path
         self.snapshot_seconds = snapshot_seconds
         self.started_at = time.time()
@@ -329,18 +337,23 @@ class Recorder:
         from dlpt.store import save
 
         self.mod.ignore_this_thread()  # dlpt's own: no host time for the program from it
-        while not self._stop_snap.wait(self.snapshot_seconds):
+        wait = self.snapshot_seconds
+        while not self._stop_snap.wait(wait):
             if not self._lock.acquire(blocking=False):
                 continue
             try:
                 if self._stop_snap.is_set():
                     return
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 prof = self._split(self._build(partial=True))
                 self.snapshot_pause_max = max(self.snapshot_pause_max, time.perf_counter() - t0)
                 assert self.snapshot_path is not None  # the snapshot thread runs only with one
                 save(prof, self.snapshot_path, force=True)
                 self.snapshots += 1
+                cost = time.thread_time() - c0
+                self.snapshot_cpu += cost
+                wait = max(self.snapshot_seconds, SNAPSHOT_DUTY * cost)
+                self.snapshot_wait_max = max(self.snapshot_wait_max, wait)
             except Exception as e:  # noqa: BLE001 - a failed snapshot must not end the program
                 if not self.quiet:
                     notice(f"snapshot not written ({type(e).__name__}: {e})")
@@ -358,6 +371,7 @@ class Recorder:
             steps=steps, steps_seen=self.step_count,
             gpu=self.cuda, collector={**self.mod.capabilities(), **self.mod.stats()},
             snapshots=self.snapshots, snapshot_pause_max_s=round(self.snapshot_pause_max, 6),
+            snapshot_cpu_s=round(self.snapshot_cpu, 6), snapshot_wait_max_s=round(self.snapshot_wait_max, 3),
             # Recordings have always written these two keys, null when unknown (a CPU build's
             # CUDA, no --steps): kept so, the file's keys the same as before the typed header.
             extra={"cuda_version": None} if torch.version.cuda is None else {},

@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record steps A..B-1 only; a step is an optimizer step or a dlpt.step() call")
     p.add_argument("--snapshot-seconds", type=float, default=5.0, metavar="S",
                    help="rewrite OUT with the profile so far every S seconds while the program runs, so a "
-                   "crash or kill -9 keeps it (default: 5; 0: only at the end)")
+                   "crash or kill -9 keeps it; longer where a snapshot costs more than 4%% of the time "
+                   "between them (default: 5; 0: only at the end)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("--html", action="store_true",
                    help="also write the profile's HTML view beside it (OUT with .html for .dlpt)")
