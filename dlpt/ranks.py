@@ -126,8 +126,16 @@ def comm_values(profile: Profile, metric: str) -> np.ndarray:
 
 
 def compute_values(profile: Profile, metric: str) -> np.ndarray:
-    """The compute part of `metric` at each node: the metric less its communication."""
-    return profile.cct.exclusive[:, metric_column(metric)] - comm_values(profile, metric)
+    """The compute part of `metric` at each node: the metric less its communication; host_time
+    also less the host's wait for its own GPU (sync_time). A rank kept waiting by an NCCL
+    collective waits at its next sync (`.item()`), while its comm wait is estimated on the line
+    that issued the collective, where the host did not block: each is taken from its own line,
+    and `straggler` counts a line's compute as at least 0, so neither line gives up more than it
+    holds and one wait is not taken twice."""
+    ex = profile.cct.exclusive
+    if metric == "host_time":
+        return ex[:, COL["host_time"]] - ex[:, COL["sync_time"]] - comm_values(profile, metric)
+    return ex[:, metric_column(metric)] - comm_values(profile, metric)
 
 
 def rank_totals(profile: Profile, metric: str) -> list[dict[str, Any]]:
@@ -188,8 +196,10 @@ def straggler(profile: Profile, metric: str, fv: Any = None) -> dict[str, Any] |
 
     0. in a metric measured on the GPU, the ranks with no GPU activity are left out
        (`ranks_without_gpu`, listed in `left_out`); the others take part;
-    1. each rank's compute = its `metric` less its communication (`comm_values`: collective
-       kernels for the GPU metrics, collective ops' host time for cpu_time);
+    1. each rank's compute = its `metric` less its communication (`compute_values`: collective
+       kernels for the GPU metrics, collective ops' host time for cpu_time, comm wait and the
+       wait for its own GPU for host_time), summed over the lines of the flat view by line, each
+       line's at least 0;
     2. the slowest rank S has the most compute; its excess = compute(S) - median(compute of the
        other ranks); S is the straggler when excess >= STRAGGLER_MIN_SHARE * compute(S);
     3. the straggler line is the source line (flat view by line, library frames hidden or not
@@ -215,8 +225,15 @@ def straggler(profile: Profile, metric: str, fv: Any = None) -> dict[str, Any] |
         return None
     ranks = [all_ranks[j] for j in keep.tolist()]
     comp_node = compute_values(profile, metric)
-    compute = np.bincount(ridx[ridx >= 0], weights=comp_node[ridx >= 0],
-                          minlength=len(all_ranks)).astype(np.int64)[keep]
+    fv = fv if fv is not None else flat(profile, "line")
+    _, m = per_rank_groups(profile, fv.owner, len(fv.labels), comp_node)
+    # A line's compute is at least 0: a wait is estimated where the rank waited on others (comm
+    # wait on the line that issued the collective, where an NCCL rank's host did not block), which
+    # would make that line negative, and every other rank's line look slower; and a rank's compute
+    # is the sum of its lines' (on two H100, the wait of rank 0 in `.item()` made a straggler's
+    # 1.00 s sleep read as 603 ms more host time).
+    m = np.maximum(m, 0)
+    compute = m.sum(axis=0).astype(np.int64)[keep]
     comm = np.array([t["comm"] for t in totals], dtype=np.int64)[keep]
     s = int(np.argmax(compute))
     others = np.delete(np.arange(len(ranks)), s)
@@ -234,13 +251,7 @@ def straggler(profile: Profile, metric: str, fv: Any = None) -> dict[str, Any] |
         wait = int(np.median(comm[others]) - comm[s])
         out["comm_wait"] = wait
         out["mirrored"] = bool(excess > 0 and wait >= MIRROR_MIN_SHARE * excess)
-    fv = fv if fv is not None else flat(profile, "line")
-    _, m = per_rank_groups(profile, fv.owner, len(fv.labels), comp_node)
-    # The last group is <no source line>: a verdict names a line. A line's compute is at least 0:
-    # comm wait estimated on a line where the host did not block (an NCCL call returns at once;
-    # the host waits later, at a sync) would make it negative there, and every other rank's
-    # line look slower.
-    lines = np.maximum(m[:-1][:, keep], 0)
+    lines = m[:-1][:, keep]  # the last group is <no source line>: a verdict names a line
     if len(lines):
         line_excess = lines[:, s] - lines[:, others].max(axis=1)
         g = int(np.argmax(line_excess))

@@ -134,6 +134,43 @@ def test_straggler_names_the_slow_rank_its_line_and_the_mirrored_wait():
     assert straggler(a, "gpu_time") is None
 
 
+def host_profile(lines: dict[int, dict[str, int]], rank: int) -> object:
+    """A rank of `train.py` lines, each with host metrics (host_time, sync_time, comm_wait_time)."""
+    frames = FrameTable()
+    b = TreeBuilder(frames.intern(Frame("root", "t")))
+    out = ActivityColumns()
+    cols: dict[str, tuple[list[int], list[int]]] = {}
+    for line, metrics in lines.items():
+        node = b.child(0, frames.intern(Frame("python", f"train.py({line}): step", "train.py", line, "step")))
+        for metric, v in metrics.items():
+            cols.setdefault(metric, ([], []))[0].append(node)
+            cols[metric][1].append(v)
+    out.extra = {m: (np.array(n), np.array(v)) for m, (n, v) in cols.items()}
+    return build_profile(b, frames, out, {"source": "record", "rank": rank, "world_size": 2})
+
+
+MS = 1_000_000
+
+
+def test_host_straggler_counts_no_wait_as_work():
+    # Rank 0 (NCCL) waits 1 s for rank 1: its comm wait is estimated on the backward line (28),
+    # where its host did not block, and its host waits at `.item()` (36) for its GPU, which
+    # waits for rank 1. Rank 1 sleeps 1 s on line 31. Rank 0 also waits 300 ms more at `.item()`
+    # for its own GPU's work: waiting, not host work.
+    r0 = host_profile({28: {"host_time": 10 * MS, "comm_wait_time": 1000 * MS},
+                       36: {"host_time": 1300 * MS, "sync_time": 1300 * MS}, 40: {"host_time": 50 * MS}}, rank=0)
+    r1 = host_profile({28: {"host_time": 10 * MS}, 31: {"host_time": 1000 * MS},
+                       36: {"host_time": 5 * MS, "sync_time": 5 * MS}, 40: {"host_time": 50 * MS}}, rank=1)
+    v = straggler(merge_profiles([r0, r1]), "host_time")
+    # Compute by hand: rank 0's lines 0 (10 - 1000, at least 0), 0 (1300 - 1300), 50; rank 1's
+    # 10, 1000, 0, 50. Without sync_time taken, rank 0 would read 300 ms more of "work" at `.item()`.
+    assert v["compute"] == {"0": 50 * MS, "1": 1060 * MS}, v["compute"]
+    assert v["straggler"] and v["rank"] == 1 and v["excess"] == 1010 * MS
+    assert v["line"]["line"] == 31 and v["line"]["excess"] == 1000 * MS
+    # Mirrored: rank 0 sat in collectives as long as rank 1 computed more.
+    assert v["comm_wait"] == 1000 * MS and v["mirrored"]
+
+
 def test_select_rank_is_that_rank_alone():
     a = gpu_profile({10: [("gemm", 500)]}, rank=0)
     b = gpu_profile({10: [("gemm", 1400)], 30: [("x", 5)]}, rank=1)
