@@ -129,7 +129,6 @@ class DeviceIdle:
     startup: int = 0
     unattributed: int = 0
     queued: int = 0  # idle while the GPU had work launched and waiting: not the host's doing
-    blamed: int = 0  # idle - start-up - unattributed - queued: what the host lines share
 
 
 @dataclass
@@ -337,7 +336,6 @@ def blame(n_nodes: int, windows: dict[int, tuple[int, int]], busy: dict[int, tup
             dev_shares, dev_blamed = _device_shares(gs, ge, hs_c[live], he_c[live])
             shares[live] += dev_shares
         blamed += dev_blamed
-        d.blamed = dev_blamed
         d.unattributed = d.idle - d.startup - d.queued - dev_blamed
     if len(hs) and windows and not overlaps_any:
         _add(out.skipped, HOST_CLOCK, len(hs))
@@ -367,7 +365,6 @@ def merged_meta(results: list[IdleBlame], skipped: dict[str, int]) -> GpuIdle:
             t.startup += v.startup
             t.unattributed += v.unattributed
             t.queued += v.queued
-            t.blamed += v.blamed
     return out.meta()
 
 
