@@ -65,6 +65,17 @@ def test_the_phases_of_the_merge_are_the_ranks_phases_plus_the_comm_wait(ranks, 
     assert got["steady"][cw] > 0
     # The phases hold the whole tree, metric by metric.
     assert (sum(got.values()) == tree).all()
+    # Start-up holds the communicator's rendezvous (DDP's constructor waits for every rank to
+    # join before the first step), the steady state the steps' waits: each wait in its phase.
+    assert got["start-up"][cw] > 0
+    assert merged.meta.comm_wait.startswith("estimated")
+    # Each GPU activity keeps the phase it had on its rank.
+    count = {}
+    for p in [*ranks, merged]:
+        t = phase_profile_rows(p)
+        count[id(p)] = {n: int((t.activity_phase == c).sum()) for c, n in enumerate(t.names)}
+    for name in count[id(merged)]:
+        assert count[id(merged)][name] == sum(count[id(p)].get(name, 0) for p in ranks), name
 
 
 def test_the_straggler_is_the_rank_with_the_larger_batch_on_its_forward_line(ranks, merged) -> None:
