@@ -78,7 +78,13 @@ def test_blame_matches_the_oracle(busy0, busy1, threads):
     # Conserved exactly; each node, and the sync part, within rounding of the oracle's fractions.
     assert int(res.per_node.sum()) + tot["start-up"] + tot["unattributed"] == tot["idle"]
     assert tot["host"] + tot["sync"] + tot["start-up"] + tot["unattributed"] == tot["idle"]
-    assert np.all(np.abs(res.per_node - per) < 1.0 + 1e-6)
+    # Each (node, sync) key is rounded once (largest remainder, to the floor or the ceiling of its
+    # share), so a node is off by less than one per key it has: two where it both synced and not
+    # (hypothesis found a node 1.17 off, with a sync and a plain interval, against a bound of one).
+    keys = np.ones(5)
+    for n in {h[2] for h in hosts if h[4]} & {h[2] for h in hosts if not h[4]}:
+        keys[n] = 2
+    assert np.all(np.abs(res.per_node - per) < keys + 1e-6)
     # Each (node, sync) key is rounded once, so the sync total is off by less than one per key.
     assert abs(tot["sync"] - sync) < max(1, len({h[2] for h in hosts if h[4]})) + 1e-6
     assert (res.per_node >= 0).all()
@@ -178,3 +184,18 @@ def test_summary_of_a_profile_without_the_figures():
     prof = build_profile(b, frames, ActivityColumns(), {})
     w = waits(prof)
     assert w.wall is None and w.busy is None and w.busy_share is None and w.to_json()["gpu_idle_time"] is None
+
+
+def test_timeline_bins_by_hand():
+    # A 4 ns window from t=100, bins of 1 ns: busy [101, 103) on one device.
+    tl = timeline({0: (100, 104)}, {0: (_a([101]), _a([103]))}, 100, 104)
+    assert tl == {"t": [0, 1, 2, 3], "gpu_busy": [0.0, 1.0, 1.0, 0.0]}
+    # Two devices share each bin: device 1 idle throughout halves the fraction.
+    tl = timeline({0: (100, 104), 1: (100, 104)}, {0: (_a([101]), _a([103]))}, 100, 104)
+    assert tl["gpu_busy"] == [0.0, 0.5, 0.5, 0.0]
+    # One bin of 3 ns, busy 1 ns of it: a third, to four decimals.
+    assert timeline({0: (0, 3)}, {0: (_a([0]), _a([1]))}, 0, 3, bins=1) == {"t": [0], "gpu_busy": [0.3333]}
+    # A 1 ns window is one bin; an empty window, or no device, none.
+    assert timeline({0: (7, 8)}, {0: (_a([7]), _a([8]))}, 7, 8) == {"t": [0], "gpu_busy": [1.0]}
+    assert timeline({0: (5, 5)}, {}, 5, 5) == {"t": [], "gpu_busy": []}
+    assert timeline({}, {}, 0, 10) == {"t": [], "gpu_busy": []}

@@ -148,3 +148,15 @@ def test_merged_meta_sums_every_figure_of_the_phases() -> None:
     assert m["devices"] == {"0": {"window": 100, "busy": 60, "idle": 40, "start-up": 4, "unattributed": 3, "queued": 11},
                             "1": {"window": 9, "busy": 9, "idle": 0, "start-up": 0, "unattributed": 0, "queued": 0}}
     assert m["skipped"] == {"host intervals on unknown nodes": 2}
+
+
+def test_clip_to_spans_cuts_intervals_at_the_stretches() -> None:
+    from dlpt.idle import clip_to_spans
+
+    ss, se = A([0, 50, 80]), A([30, 60, 100])
+    # [20, 90) crosses all three stretches; [35, 45) lies between them; [55, 55) is empty;
+    # [85, 120) runs past the last one.
+    s, e, src = clip_to_spans(ss, se, A([20, 35, 55, 85]), A([90, 45, 55, 120]))
+    assert list(zip(s.tolist(), e.tolist(), src.tolist())) == [(20, 30, 0), (50, 60, 0), (80, 90, 0), (85, 100, 3)]
+    for empty in (clip_to_spans(A([]), A([]), A([1]), A([2])), clip_to_spans(ss, se, A([]), A([]))):
+        assert [len(x) for x in empty] == [0, 0, 0]
