@@ -391,3 +391,228 @@ def test_compiled_function_self_time_leaves_out_its_graph_call():
     got = sum(int(prof.cct.exclusive[i, COL["cpu_time"]]) for i in range(len(prof.cct))
               if prof.frame_of(i).kind == "op" and prof.frame_of(i).name == "CompiledFunction")
     assert len(cf) == 3 and got <= bound + 3
+
+
+def test_flat_rows_owners_labels_and_nodes_by_hand():
+    """A tree written out node by node: model.py's `forward` (line 10) calls `block` (line 20,
+    a 30 ns kernel) and a C builtin with no file (a 50 ns kernel); util.py's `helper` (line 5)
+    calls `block` too, which makes a 70 ns host→device copy (GPU time, no kernel time); a
+    queued kernel (5 ns) sits under an `<unattributed: …>` frame. Every grouping's rows, labels
+    and owners are written out here."""
+    from conftest import by_hand
+
+    from dlpt.frames import Frame, source_frame, unattributed_frame
+
+    fwd = source_frame("/home/u/proj/model.py", 10, "forward")
+    blk = source_frame("/home/u/proj/model.py", 20, "block")
+    hlp = source_frame("/home/u/proj/util.py", 5, "helper")
+    builtin = Frame("python", "<built-in method sum>")
+
+    def kernel(name, ns):
+        return Frame("kernel", name), {"gpu_time": ns, "kernel_time": ns, "kernel_count": 1}
+
+    prof = by_hand([
+        (-1, Frame("root", "r"), {}),
+        (0, fwd, {}),                                               # 1
+        (1, blk, {}), (2, *kernel("k1", 30)),                       # 2, 3
+        (1, builtin, {}), (4, *kernel("k2", 50)),                   # 4, 5
+        (0, hlp, {}),                                               # 6
+        (6, blk, {}), (7, Frame("memcpy", "Memcpy HtoD"), {"gpu_time": 70, "htod_time": 70, "copy_count": 1}),
+        (0, unattributed_frame("work queued"), {}), (9, *kernel("k3", 5)),  # 9, 10
+    ])
+    gpu = COL["gpu_time"]
+
+    def rows(by):
+        fv = flat(prof, by)
+        return fv, {lbl: (int(e), int(i)) for lbl, e, i in zip(fv.labels, fv.exclusive[:, gpu], fv.inclusive[:, gpu])}
+
+    fv, got = rows("line")
+    F, B, H = "proj/model.py:10 forward", "proj/model.py:20 block", "proj/util.py:5 helper"
+    # (exclusive, inclusive): the builtin has no line, so its kernel is forward's own.
+    assert got == {F: (50, 80), B: (100, 100), H: (0, 70), "<no source line: work queued>": (5, 5)}
+    assert [fv.labels[g] if g >= 0 else g for g in fv.owner.tolist()] == [-1, F, B, B, F, F, H, B, B, -1, -1]
+    assert fv.node[fv.labels.index(B)] == 7  # block's node with the most GPU time: under helper
+    assert fv.occurrences[fv.labels.index(B)] == 2
+
+    fv, got = rows("function")  # the builtin is a function of no file, named by its frame's name
+    assert got == {"forward (proj/model.py)": (0, 80), "block (proj/model.py)": (100, 100),
+                   "<built-in method sum>": (50, 50), "helper (proj/util.py)": (0, 70),
+                   "<no function: work queued>": (5, 5)}
+    fv, got = rows("file")  # a frame of no file has no file: its kernel is model.py's
+    assert got == {"proj/model.py": (150, 150), "proj/util.py": (0, 70), "<no file: work queued>": (5, 5)}
+    fv, got = rows("kernel")
+    assert got == {"k1": (30, 30), "k2": (50, 50), "Memcpy HtoD": (70, 70), "k3": (5, 5), "<no GPU activity>": (0, 0)}
+    fv, got = rows("op")
+    assert got == {"<no op>": (155, 155)}
+
+
+def random_tree(seed: int, size: int) -> list[tuple]:
+    """(parent, frame, own metrics) rows in preorder for by_hand: a few frames called from one
+    another at random (recursion, one frame under several callers), kernels as leaves, host time
+    of their own on some Python lines and on the root, the first node a Python line."""
+    import random
+
+    from dlpt.frames import Frame, source_frame
+
+    rnd = random.Random(seed)
+    pool = [source_frame("m.py", ln, f"f{ln}") for ln in range(1, 5)] + [Frame("kernel", "k1"), Frame("kernel", "k2")]
+    rnd.shuffle(pool)  # frame ids follow first use: vary which frames get the high ids
+    nodes = [(-1, Frame("root", "r"), {"host_time": 7})]
+    stack = [0]
+    while len(nodes) < size:
+        del stack[rnd.randint(1, min(len(stack), 6)):]  # a child of one of the last path's nodes
+        frame = rnd.choice(pool) if len(nodes) > 1 else next(f for f in pool if f.kind == "python")
+        own = {"host_time": rnd.choice([0, 0, 3, 11])}
+        if frame.kind == "kernel":
+            own = {"gpu_time": rnd.randint(1, 99)}
+        nodes.append((stack[-1], frame, own))
+        if frame.kind != "kernel":
+            stack.append(len(nodes) - 1)
+    return nodes
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bottom_up_is_every_reversed_path_of_the_tree(seed):
+    """The inverted tree against one built here from the top-down tree's paths: each node with
+    metrics of its own gives its frame, its caller's, ... up to the outermost, and every prefix
+    of that reversed path is one node of the inverted tree holding the node's metrics. The root's
+    own time (dlpt's start and end) stays the root's."""
+    from conftest import by_hand
+
+    from dlpt.views import bottom_up_self
+
+    nodes = random_tree(seed, 80)
+    prof = by_hand(nodes)
+    cct = prof.cct
+    cols = [COL["gpu_time"], COL["host_time"]]
+
+    want: dict[tuple, list[int]] = {}
+    for i in range(1, len(nodes)):
+        own = [int(cct.exclusive[i, c]) for c in cols]
+        if not any(own):
+            continue
+        reversed_path = []
+        j = i
+        while j > 0:
+            reversed_path.append(int(cct.frame[j]))
+            j = nodes[j][0]
+        for k in range(1, len(reversed_path) + 1):
+            acc = want.setdefault(tuple(reversed_path[:k]), [0, 0])
+            acc[0] += own[0]
+            acc[1] += own[1]
+
+    bu = bottom_up(prof).cct
+    got = {tuple(int(bu.frame[j]) for j in bu.path(i)): [int(bu.inclusive[i, c]) for c in cols]
+           for i in range(1, len(bu))}
+    assert len(got) == len(bu) - 1  # no two nodes of one path
+    assert got == want
+    assert bu.exclusive[0].tolist() == cct.exclusive[0].tolist()  # the root's own time, once
+    assert bu.exclusive.sum(axis=0).tolist() == cct.exclusive.sum(axis=0).tolist()
+    # Self values: a level-one row holds its frame's own time over the whole tree; the root its own.
+    own = bottom_up_self(bu)
+    per_frame: dict[int, list[int]] = {}
+    for i in range(1, len(nodes)):
+        acc = per_frame.setdefault(int(cct.frame[i]), [0, 0])
+        acc[0] += int(cct.exclusive[i, cols[0]])
+        acc[1] += int(cct.exclusive[i, cols[1]])
+    level_one = {int(bu.frame[j]): [int(own[j, c]) for c in cols] for j in np.flatnonzero(bu.parent == 0).tolist()}
+    assert level_one == {f: v for f, v in per_frame.items() if any(v)}
+    assert own[0].tolist() == cct.exclusive[0].tolist()
+    assert not own[(bu.parent > 0)].any()  # callers spend nothing of their own
+
+def test_propagate_down_and_nearest_marked_by_hand():
+    """On a tree of seven nodes (root 0; 1 with children 2 and 3, 3 with child 4; 5 with child
+    6): which nodes have a marked ancestor-or-self, and the nearest one (-1: none), walked here
+    one parent at a time. A marked root marks everything, and is the nearest mark of the nodes
+    with none of their own on the way."""
+    from dlpt.cct import CCT
+    from dlpt.transforms import nearest_marked, propagate_down
+
+    parent = [-1, 0, 1, 1, 3, 0, 5]
+    cct = CCT(parent, list(range(7)), np.zeros((7, len(METRICS)), dtype=np.int64))
+
+    def nearest(marked, i):
+        while i >= 0 and i not in marked:
+            i = parent[i]
+        return i
+
+    for marked in ({3}, {1, 4}, {0}, {0, 3, 6}, set()):
+        mask = np.array([i in marked for i in range(7)])
+        want = [nearest(marked, i) for i in range(7)]
+        assert nearest_marked(cct, mask).tolist() == want, marked
+        assert propagate_down(cct, mask).tolist() == [w >= 0 for w in want], marked
+
+
+def test_hiding_library_frames_by_hand():
+    """torch's `_call_impl` between the program's line and its `forward` goes, its own time to
+    the line; two of its calls under one line merge their children. A library frame with no
+    caller to take its time (directly under the root, or under a rank's node) stays where it is."""
+    from conftest import by_hand
+
+    from dlpt.frames import Frame, source_frame
+
+    prog = source_frame("/home/u/prog.py", 3, "<module>")
+    call = source_frame("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1700, "_call_impl")
+    call2 = source_frame("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1750, "_call_impl")
+    fwd = source_frame("/home/u/model.py", 5, "forward")
+    tok = source_frame("/usr/lib/python3.11/tokenize.py", 100, "tokenize")
+    k = Frame("kernel", "k")
+    prof = by_hand([
+        (-1, Frame("root", "r"), {}),
+        (0, prog, {"host_time": 1}),                 # 1
+        (1, call, {"host_time": 2}),                 # 2
+        (2, fwd, {"host_time": 3}),                  # 3
+        (3, k, {"gpu_time": 10}),                    # 4
+        (1, call2, {"host_time": 20}),               # 5
+        (5, fwd, {"host_time": 30}),                 # 6: merges with 3
+        (6, k, {"gpu_time": 100}),                   # 7: merges with 4
+        (0, tok, {"host_time": 4}),                  # 8: under the root, stays
+        (0, Frame("rank", "rank 1"), {}),            # 9
+        (9, call, {"host_time": 6}),                 # 10: under a rank, stays
+        (10, fwd, {"host_time": 7}),                 # 11
+    ])
+    view = hide_library(prof)
+    cct = view.cct
+    got = {tuple(view.frame_of(j).name for j in cct.path(i)): (int(cct.exclusive[i, COL["host_time"]]),
+                                                               int(cct.exclusive[i, COL["gpu_time"]]))
+           for i in range(1, len(cct))}
+    assert got == {
+        (prog.name,): (1 + 2 + 20, 0),
+        (prog.name, fwd.name): (3 + 30, 0),
+        (prog.name, fwd.name, "k"): (0, 110),
+        (tok.name,): (4, 0),
+        ("rank 1",): (0, 0),
+        ("rank 1", call.name): (6, 0),
+        ("rank 1", call.name, fwd.name): (7, 0),
+    }
+    assert len(cct) == 8
+    assert view.cct.exclusive.sum(axis=0).tolist() == prof.cct.exclusive.sum(axis=0).tolist()
+
+
+def test_merge_map_moves_children_of_hidden_nodes_up_and_merges_them():
+    """merge_map (collapse's engine; phases and notebook blocks give it their own masks) on a
+    tree whose first node is hidden: every node goes where its path of kept frames leads,
+    hidden nodes to their nearest kept ancestor's place, and equal paths are one node."""
+    from dlpt.cct import CCT
+    from dlpt.transforms import merge_map
+
+    A, B, C, D = 1, 2, 3, 4  # frame ids
+    parent = [-1, 0, 1, 2, 3, 1, 5, 6, 0, 8, 9]
+    frame = [0, A, B, C, B, C, B, D, B, A, D]
+    hide = np.array([f in (A, C) for f in frame])
+    cct = CCT(parent, frame, np.zeros((len(parent), len(METRICS)), dtype=np.int64))
+
+    def kept_path(i):  # the kept frames from the root's child down to i, walked by hand
+        out = []
+        while i > 0:
+            if not hide[i]:
+                out.append(frame[i])
+            i = parent[i]
+        return tuple(reversed(out))
+
+    bparent, bframe, node_map = merge_map(cct, hide)
+    new = CCT(bparent, bframe, np.zeros((len(bparent), len(METRICS)), dtype=np.int64))
+    new_path = [tuple(int(new.frame[j]) for j in new.path(i)) for i in range(len(new))]
+    assert [new_path[j] for j in node_map.tolist()] == [kept_path(i) for i in range(len(parent))]
+    assert sorted(new_path) == [(), (B,), (B, B), (B, D)]  # one node per path
+    assert (bparent[1:] < np.arange(1, len(bparent))).all() and bparent[0] == -1
