@@ -599,10 +599,9 @@ def test_merge_map_moves_children_of_hidden_nodes_up_and_merges_them():
     A, B, C, D = 1, 2, 3, 4  # frame ids
     parent = [-1, 0, 1, 2, 3, 1, 5, 6, 0, 8, 9]
     frame = [0, A, B, C, B, C, B, D, B, A, D]
-    hide = np.array([f in (A, C) for f in frame])
     cct = CCT(parent, frame, np.zeros((len(parent), len(METRICS)), dtype=np.int64))
 
-    def kept_path(i):  # the kept frames from the root's child down to i, walked by hand
+    def kept_path(i, hide):  # the kept frames from the root's child down to i, walked by hand
         out = []
         while i > 0:
             if not hide[i]:
@@ -610,12 +609,16 @@ def test_merge_map_moves_children_of_hidden_nodes_up_and_merges_them():
             i = parent[i]
         return tuple(reversed(out))
 
-    bparent, bframe, node_map = merge_map(cct, hide)
-    new = CCT(bparent, bframe, np.zeros((len(bparent), len(METRICS)), dtype=np.int64))
-    new_path = [tuple(int(new.frame[j]) for j in new.path(i)) for i in range(len(new))]
-    assert [new_path[j] for j in node_map.tolist()] == [kept_path(i) for i in range(len(parent))]
-    assert sorted(new_path) == [(), (B,), (B, B), (B, D)]  # one node per path
-    assert (bparent[1:] < np.arange(1, len(bparent))).all() and bparent[0] == -1
+    # A and C hidden (the first node among them), then C alone (A > B and the root's B apart).
+    for hidden, paths in (((A, C), [(), (B,), (B, B), (B, D)]),
+                          ((C,), [(), (A,), (A, B), (A, B, B), (A, B, D), (B,), (B, A), (B, A, D)])):
+        hide = np.array([f in hidden for f in frame])
+        bparent, bframe, node_map = merge_map(cct, hide)
+        new = CCT(bparent, bframe, np.zeros((len(bparent), len(METRICS)), dtype=np.int64))
+        new_path = [tuple(int(new.frame[j]) for j in new.path(i)) for i in range(len(new))]
+        assert [new_path[j] for j in node_map.tolist()] == [kept_path(i, hide) for i in range(len(parent))]
+        assert sorted(new_path) == paths  # one node per path
+        assert (bparent[1:] < np.arange(1, len(bparent))).all() and bparent[0] == -1
 
 
 # --- transforms on trees written out by hand ---------------------------------------------------
@@ -863,3 +866,35 @@ def test_prune_empty_keeps_the_root_and_the_frames_activities_name():
     assert tree_rows(out) == {(): (0, 0, 0), (line.name,): (0, 0, 10)}
     kept = prune_empty(out)  # every node has metrics, every frame is used: as it was
     assert kept is out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_merge_map_on_random_trees(seed):
+    """merge_map against the kept frames of each node's path, walked by hand, on the random
+    trees of the bottom-up test with a random third of their frames hidden."""
+    import random
+
+    from conftest import by_hand
+
+    from dlpt.cct import CCT
+    from dlpt.transforms import merge_map
+
+    cct = by_hand(random_tree(seed, 80)).cct
+    rnd = random.Random(seed)
+    hidden = set(rnd.sample(range(1, int(cct.frame.max()) + 1), 2))
+    hide = np.array([f in hidden for f in cct.frame.tolist()])
+    parent, frame = cct.parent.tolist(), cct.frame.tolist()
+
+    def kept_path(i):
+        out = []
+        while i > 0:
+            if not hide[i]:
+                out.append(frame[i])
+            i = parent[i]
+        return tuple(reversed(out))
+
+    bparent, bframe, node_map = merge_map(cct, hide)
+    new = CCT(bparent, bframe, np.zeros((len(bparent), len(METRICS)), dtype=np.int64))
+    new_path = [tuple(int(new.frame[j]) for j in new.path(i)) for i in range(len(new))]
+    assert [new_path[j] for j in node_map.tolist()] == [kept_path(i) for i in range(len(parent))]
+    assert len(set(new_path)) == len(new_path) == len({kept_path(i) for i in range(len(parent))})
