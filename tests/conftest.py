@@ -68,6 +68,24 @@ def synthetic_profile(paths, source: str = "record", sources: dict[str, str] | N
     return Profile(ft.frames, CCT(parent, frame, exc), meta={"source": source}, sources=sources or {})
 
 
+def by_hand(nodes):
+    """A profile from (parent, frame, {metric: own value}) rows given in preorder, node 0 the
+    root: no pruning, no renumbering, so each node is where the test put it."""
+    import numpy as np
+
+    from dlpt.cct import CCT
+    from dlpt.metrics import COL, METRICS
+    from dlpt.profile import Profile
+
+    frames = list(dict.fromkeys(f for _, f, _ in nodes))
+    exc = np.zeros((len(nodes), len(METRICS)), dtype=np.int64)
+    for i, (_, _, own) in enumerate(nodes):
+        for m, v in own.items():
+            exc[i, COL[m]] = v
+    return Profile(frames, CCT([p for p, _, _ in nodes], [frames.index(f) for _, f, _ in nodes], exc),
+                   meta={"source": "record"})
+
+
 def dlpt_in_process(*args: str):
     """`dlpt ARGS` run in this process (dlpt.cli.main, the function `python -m dlpt` calls) with
     its stdout, stderr and exit status captured, as subprocess.run would give them: for corpora
