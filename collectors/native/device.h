@@ -387,13 +387,19 @@ bool traced_add(uint32_t graph, uint32_t corr, int64_t node, int64_t name, int32
 // length is what a replay's span leaves after the rest of the records and one gap between
 // records; the record is placed just before the rest. Judged once a graph-level record of the
 // graph arrived, or at the end (`final`), when a graph replayed once keeps its records as they are.
-void graphs_resolve_locked(bool final) {
-  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;  // graph → (replays, span), per graph
+// Per graph: (replays traced per graph, their spans' sum), over every line that replayed it.
+std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> graph_spans_locked() {
+  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;
   for (const auto& kv : g_device.graph_replays) {
     auto& t = spans[kv.first.second];
     t.first += kv.second.count;
     t.second += kv.second.total;
   }
+  return spans;
+}
+
+void graphs_resolve_locked(bool final) {
+  auto spans = graph_spans_locked();
   for (auto& kv : g_device.sampled) {
     TracedReplay& r = kv.second;
     if (r.resolved || r.records.empty()) continue;
@@ -467,12 +473,7 @@ std::vector<Leaf> graph_leaves_locked() {
   std::unordered_map<uint32_t, int64_t> traced;  // graph → its replays traced per kernel
   for (const auto& kv : g_device.sampled)
     if (kv.second.resolved) traced[kv.second.graph] += 1;
-  std::unordered_map<uint32_t, std::pair<int64_t, int64_t>> spans;  // graph → (replays, span) per graph
-  for (const auto& kv : g_device.graph_replays) {
-    auto& t = spans[kv.first.second];
-    t.first += kv.second.count;
-    t.second += kv.second.total;
-  }
+  auto spans = graph_spans_locked();
   struct Add {
     size_t at;
     int64_t count, total, minv, maxv, bytes;
