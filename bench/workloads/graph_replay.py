@@ -44,25 +44,27 @@ def threads() -> list[list]:
     rows = []
     tick = os.sysconf("SC_CLK_TCK")
     for tid in sorted(os.listdir("/proc/self/task"), key=int):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat[stat.rindex(")") + 2:].split()
-        rows.append([name, round((int(rest[11]) + int(rest[12])) / tick, 2), int(rest[36])])
+        st = _stat(f"/proc/self/task/{tid}/stat")
+        if st is not None:
+            name, rest = st
+            rows.append([name, round((int(rest[11]) + int(rest[12])) / tick, 2), int(rest[36])])
     return rows
 
 
 def this_cpu() -> int:
     """The CPU the calling thread last ran on (-1 where /proc has no thread-self)."""
+    st = _stat("/proc/thread-self/stat")
+    return -1 if st is None else int(st[1][36])
+
+
+def _stat(path: str) -> tuple[str, list[str]] | None:
+    """A /proc stat file: (the name, the fields after it), None where it cannot be read."""
     try:
-        with open("/proc/thread-self/stat") as f:
+        with open(path) as f:
             stat = f.read()
     except OSError:
-        return -1
-    return int(stat[stat.rindex(")") + 2:].split()[36])
+        return None
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
 
 
 def main() -> None:
