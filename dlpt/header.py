@@ -154,6 +154,7 @@ class Header(MutableMapping[str, Any]):
     gpu_idle: GpuIdle | None = None  # R/K: GPU busy and idle, blamed on host lines; S: a phase's
     timeline: Timeline | None = None  # R/K: busy fraction and memory over the window
     memory: dict[str, Any] | None = None  # R/K: peaks, where, OOM (dlpt/memory.py, collectors/*/memory.py); shapes differ
+    pc_sampling: dict[str, Any] | None = None  # R: --pc-samples' period, counts, reasons (collectors/record/pcsamples.py)
     collectives: list[dict[str, Any]] | None = None  # R: each collective op's calls (dlpt/commwait.py)
     collectives_dropped: dict[str, int] | None = None  # R: calls and kernels past the log's limit, not kept
     # --- phases (collectors/record/phases.py writes them; dlpt/phases.py reads)

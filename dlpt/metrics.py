@@ -59,6 +59,22 @@ REGISTRY = (
     Metric("dtod_bytes", "bytes", "bytes copied device→device", False),
     Metric("memset_count", "count", "memsets", False),
     Metric("alloc_count", "count", "GPU allocations", False),
+    # GPU PC samples (`dlpt record --pc-samples`): every sample of a warp's program counter, and
+    # each by why the warp was not issuing then (PC_STALLS below; `pc_issued`: it was). They add
+    # up: pc_samples = pc_issued + the stall_* columns, per node.
+    Metric("pc_samples", "count", "GPU PC samples", False),
+    Metric("pc_issued", "count", "PC samples, warp issuing", False),
+    Metric("stall_long_scoreboard", "count", "stalled, global memory", False),
+    Metric("stall_lg_throttle", "count", "stalled, memory queue full", False),
+    Metric("stall_short_scoreboard", "count", "stalled, shared memory", False),
+    Metric("stall_mio_throttle", "count", "stalled, MIO queue full", False),
+    Metric("stall_math_pipe", "count", "stalled, math pipe busy", False),
+    Metric("stall_wait", "count", "stalled, fixed latency", False),
+    Metric("stall_barrier", "count", "stalled at a barrier", False),
+    Metric("stall_branch", "count", "stalled on a branch", False),
+    Metric("stall_no_instruction", "count", "stalled, no instruction", False),
+    Metric("stall_not_selected", "count", "ready, not selected", False),
+    Metric("stall_other", "count", "stalled, other reasons", False),
 )
 METRIC = {m.name: m for m in REGISTRY}
 assert set(_COLUMNS) <= set(METRIC), "every stored column has one record"
@@ -67,6 +83,9 @@ COL = {m: i for i, m in enumerate(METRICS)}
 # The columns of schema-1 profiles, which predate comm_time: the store maps them by name.
 METRICS_V1 = ("gpu_time", "kernel_time", "htod_time", "dtoh_time", "dtod_time", "memcpy_other_time", "memset_time",
               "htod_bytes", "dtoh_bytes", "dtod_bytes", "kernel_count", "copy_count", "memset_count", "cpu_time")
+# The PC-sample family: the total, then its parts (which add up to it).
+PC_PARTS = tuple(m.name for m in REGISTRY if m.name == "pc_issued" or m.name.startswith("stall_"))
+PC_METRICS = ("pc_samples", *PC_PARTS)
 TIME_METRICS = frozenset(m.name for m in REGISTRY if m.unit == "ns")
 BYTE_METRICS = frozenset(m.name for m in REGISTRY if m.unit == "bytes")
 

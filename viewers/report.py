@@ -16,6 +16,7 @@ from dlpt.profile import Profile, unknown_device_events, unknown_device_text
 from dlpt.ranks import rank_spread, rank_values
 from dlpt.viewers.format import bar, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.hotspots import summary
+from dlpt.viewers.pcsamples import pc_lines
 from dlpt.views import bottom_up, bottom_up_self, flat
 from dlpt.waits import memory_peak, waits
 
@@ -77,7 +78,7 @@ def header(profile: Profile, metric: str) -> list[str]:
         for reason, v in s["unattributed"].items():
             extra.append(f"unattributed ({reason}) {pct(v)}")
         lines.append(f"{metric}: " + " · ".join(extra))
-    lines += rank_lines(profile, metric) + compile_lines(profile) + graph_lines(profile)
+    lines += rank_lines(profile, metric) + compile_lines(profile) + graph_lines(profile) + pc_lines(profile)
     if profile.collector == "kineto":
         lines.append("note: traces name each Python function by its def line; `dlpt record` gives call-site lines")
     return lines

@@ -244,6 +244,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
     graphs_clear_locked();
 #endif
   }
+#if defined(DLPT_CUPTI)
+  pcs_clear();
+#endif
   seq_clear();
   g_device.records = 0;
   g_device.unlinked = 0;
@@ -502,6 +505,53 @@ py::dict capabilities() {
   return d;
 }
 
+// --pc-samples (pcsampling.h): the samples as int64 columns (node, name, file, line, reason,
+// samples; file -1: no line table), CUPTI's stall reason names by index, and the counts CUPTI
+// gave. Taken before the trie's snapshot, so every node and name it holds is in that snapshot.
+py::dict pc_samples() {
+  py::dict d;
+#if defined(DLPT_CUPTI)
+  std::vector<int64_t> node, name, file, line, reason, samples;
+  std::vector<std::string> reasons;
+  std::string error;
+  std::vector<std::pair<const char*, int64_t>> counts;
+  {
+    py::gil_scoped_release nogil;  // nothing of Python's is touched in here
+    if (g_device.on.load() && g_pcs.wanted) {
+      std::lock_guard<std::mutex> lk(g_device.cupti_mu);
+      pcs_drain_all();
+    }
+    std::lock_guard<std::mutex> lk(g_pcs.mu);
+    for (const auto& kv : g_pcs.samples) {
+      node.push_back(kv.first.node);
+      name.push_back(kv.first.name);
+      file.push_back(kv.first.file);
+      line.push_back(kv.first.line);
+      reason.push_back(kv.first.reason);
+      samples.push_back(kv.second);
+    }
+    reasons = g_pcs.reason_names;
+    error = g_pcs.error;
+    counts = {{"period_exponent", g_pcs.period_read}, {"total", g_pcs.total}, {"dropped", g_pcs.dropped},
+              {"non_user", g_pcs.non_user}, {"buffer_full", g_pcs.buffer_full}, {"drains", g_pcs.drains},
+              {"get_errors", g_pcs.get_errors}, {"cubins", int64_t(g_pcs.cubins.size())},
+              {"cubin_bytes", g_pcs.cubin_bytes}, {"contexts", int64_t(g_pcs.contexts.size())}};
+  }
+  d["error"] = error;
+  for (const auto& kv : counts) d[kv.first] = kv.second;
+  d["node"] = as_bytes(node);
+  d["name"] = as_bytes(name);
+  d["file"] = as_bytes(file);
+  d["line"] = as_bytes(line);
+  d["reason"] = as_bytes(reason);
+  d["samples"] = as_bytes(samples);
+  py::list rn;
+  for (const auto& r : reasons) rn.append(r);
+  d["reasons"] = rn;
+#endif
+  return d;
+}
+
 py::dict stats() {
   py::dict d;
   d["nodes"] = g_trie.n_nodes.load();
@@ -548,6 +598,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("memory_step", &memory_step);
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
+  m.def("pc_samples", &pc_samples);
   // The numbers the Python side decodes snapshots with (collectors/record/native.py checks
   // them at load time): node kinds, activity kinds, columns of a leaf row.
   m.def("constants", [] {

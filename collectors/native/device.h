@@ -5,6 +5,7 @@
 #include "common.h"  // first: Python.h before any other header
 
 #include "autograd.h"  // launch_node: where a launch belongs
+#include "pcsampling.h"  // --pc-samples: CUPTI's PC sampling, drained at launches
 #include "trie.h"
 
 namespace {
@@ -277,6 +278,10 @@ void graph_launch_exit() {
 }
 
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  // module loads and unloads: --pc-samples only
+    pcs_resource(cbid, data);
+    return;
+  }
   auto* cb = static_cast<const CUpti_CallbackData*>(data);
   bool sync = domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid < CUpti_CallbackId(kMaxRuntimeCbid) && g_device.sync_cbid[cbid];
   bool launch = domain != CUPTI_CB_DOMAIN_RUNTIME_API || cbid >= CUpti_CallbackId(kMaxRuntimeCbid) || g_device.launch_cbid[cbid];
@@ -288,6 +293,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
       t_in_graph_launch = false;
       graph_launch_exit();
     }
+    if (launch && domain == CUPTI_CB_DOMAIN_DRIVER_API && g_pcs.wanted) pcs_launch_exit(cb->context, cbid);
     if (sync) sync_exit(tstate());
     // The work is queued once the launch call returns (its time before that is the host's).
     else if (launch && g_device.on.load(std::memory_order_relaxed)) corr_launched(cb->correlationId, ticks());
@@ -303,6 +309,8 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   if (launch && g_trie.phase_auto.load(std::memory_order_relaxed)) phase_first_launch();
   ThreadState& ts = tstate();
   int64_t node = launch_node(ts);
+  // PC sampling's turn at a kernel launch (pcsampling.h says what and why).
+  if (launch && g_pcs.wanted && domain == CUPTI_CB_DOMAIN_DRIVER_API) pcs_launch(cb->context, cbid, node);
   if (launch) {
     corr_put(cb->correlationId, node, ticks());
     if (!ts.launched.load(std::memory_order_relaxed)) ts.launched.store(true, std::memory_order_relaxed);
@@ -696,6 +704,7 @@ std::string device_on() {
     if (!graph_trace(true)) g_device.graph_level = false;  // then per kernel, as CUPTI does by default
   }
 #endif
+  pcs_on(g_device.sub);
   for (auto k : kKinds) {
     if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_collector.diag.no_kernels) continue;
     r = cuptiActivityEnable(k);
@@ -711,6 +720,7 @@ void device_flush(bool forced) { cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_F
 void device_off() {
   std::lock_guard<std::mutex> lk(g_device.cupti_mu);
   if (!g_device.on.exchange(false)) return;
+  pcs_off();
   device_flush(true);
   for (auto k : kKinds) cuptiActivityDisable(k);
   if (g_device.graph_level) graph_trace(false);
@@ -726,7 +736,9 @@ void device_off() {
 // A snapshot's flush of the buffers filled so far, unless switched off meanwhile.
 void device_flush_if_on(bool forced) {
   std::lock_guard<std::mutex> lk(g_device.cupti_mu);
-  if (g_device.on.load()) device_flush(forced);
+  if (!g_device.on.load()) return;
+  if (g_pcs.wanted) pcs_drain_all();
+  device_flush(forced);
 }
 #endif  // DLPT_CUPTI
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from dlpt.collectors.record import native
+from dlpt.collectors.record.pcsamples import ENV as PC_ENV
 from dlpt.collectors.record.phases import P_STARTUP, P_STEADY, PhaseHooks
 from dlpt.collectors.record.provenance import ProvenanceRecorder
 from dlpt.collectors.record.rank_env import rank_info
@@ -315,6 +316,7 @@ class Recorder:
             self.mod.flush(not partial)
         host = native.HostSnapshot.decode(self.mod.host_snapshot())  # first: every node it names is then in the trie's snapshot
         memory = self.mod.memory_snapshot()  # likewise
+        pc = self.mod.pc_samples() if os.environ.get(PC_ENV, "0") != "0" else None  # likewise
         snap = native.Snapshot.decode(self.mod.snapshot(len(self.converter.code_info), len(self.converter.names)))
         dump = os.environ.get("DLPT_HOST_DUMP")
         if dump and not partial:
@@ -325,7 +327,7 @@ class Recorder:
             arrays: dict[str, Any] = {k: np.asarray(v) for k, v in host._asdict().items()}
             np.savez(dump, **arrays)
         meta = self._meta(partial)
-        return self.converter.profile(snap, meta, host, memory)
+        return self.converter.profile(snap, meta, host, memory, pc)
 
     @staticmethod
     def _split(prof: Profile) -> Profile:

@@ -32,6 +32,7 @@ from dlpt.collectors.record.native import (
     Leaf,
     Snapshot,
 )
+from dlpt.collectors.record.pcsamples import add_pc_samples
 from dlpt.collectors.record.phases import (
     RAW_NAMES,
     Rehome,
@@ -250,14 +251,16 @@ class TrieConverter:
         return out
 
     def profile(self, snap: Snapshot, meta: Header, host: HostSnapshot | None = None,
-                memory: dict[str, Any] | None = None) -> Profile:
+                memory: dict[str, Any] | None = None, pc: dict[str, Any] | None = None) -> Profile:
         spans: list[tuple[int, int, int]] = []
         if host is not None:
             end = host.window_end or host.now  # still recording (a snapshot): up to now
             spans = raw_spans(host.phase_t, host.phase_id, host.window_start, end)
         self._names = names = phase_names(meta.steps_seen or 0, {p for _, _, p in spans})
         out, info = self.update(snap, host)
-        add_memory(memory, np.asarray(self.node_map, dtype=np.int64), self.builder, self.frames, out, meta)
+        node_map = np.asarray(self.node_map, dtype=np.int64)
+        add_memory(memory, node_map, self.builder, self.frames, out, meta)
+        add_pc_samples(pc, node_map, self.names, self.builder, self.frames, out, meta)
         if info.get("collectives"):
             meta.collectives = info["collectives"]
         if host is not None:

@@ -28,6 +28,8 @@ examples:
   dlpt record --steps 10:15 train.py          record optimizer steps 10 to 14 only
   dlpt record --cuda-graph-trace node generate.py --compile
                                               every kernel of every CUDA-graph replay (costs each replay)
+  dlpt record --pc-samples --steps 10:12 train.py
+                                              GPU PC samples and stall reasons, steps 10 and 11
   torchrun --nproc_per_node 2 --no-python dlpt record -o run.dlpt train.py
                                               run.rank0.dlpt, run.rank1.dlpt
   torchrun --nproc_per_node 2 -m dlpt record -o 'prof/{rank}.dlpt' train.py
@@ -62,6 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "span and splits it over its kernels as the graph's first replay ran them; node records "
                    "every kernel of every replay, which costs each replay 1-2 us per kernel on the host "
                    "(the default with --steps; Nsight Systems' --cuda-graph-trace alike)")
+    p.add_argument("--pc-samples", nargs="?", const="default", default=None, metavar="PERIOD",
+                   help="also sample the GPU's program counters with their stall reasons (CUPTI PC sampling), "
+                   "on the line that launched each kernel and on the kernel's own source lines where it has "
+                   "line information (Triton, Inductor); kernels then run one at a time, so the run is slower. "
+                   "PERIOD: 2^PERIOD cycles between samples (5-31; default: CUPTI's for the GPU)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, and no notices about what the recorder chose")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
@@ -127,6 +134,7 @@ def parse_program(module: list[str] | None, program: list[str]) -> tuple[str, st
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlpt.collectors.record.pcsamples import ENV as PC_ENV
     from dlpt.collectors.record.recording import Recording, output_path, parse_steps
     from dlpt.collectors.record.signals import Abandon, die_by_signal
 
@@ -145,6 +153,12 @@ def run(args: argparse.Namespace) -> int:
     # starts; the environment also carries it into a re-executed interpreter (python's own flags)
     # and torchrun's ranks.
     os.environ["DLPT_GRAPH_TRACE"] = args.cuda_graph_trace or ("node" if args.steps else "graph")
+    if args.pc_samples is not None:
+        if args.pc_samples != "default" and not (args.pc_samples.isdigit() and 5 <= int(args.pc_samples) <= 31):
+            raise DlptError(f"--pc-samples takes a period from 5 to 31 (2^N cycles), not {args.pc_samples!r}")
+        # Read by the collector when CUPTI starts (collectors/native/pcsampling.h), and by the
+        # recorder when it builds the profile; carried into a re-executed interpreter and ranks.
+        os.environ[PC_ENV] = "1" if args.pc_samples == "default" else args.pc_samples
     flags = [] if args.module else python_flags(args.program)[0]
     steps = parse_steps(args.steps)
     if not args.snapshot_seconds >= 0:

@@ -72,7 +72,7 @@ from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.compile_time import AUTOTUNING
 from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
-from dlpt.compiled.shares import split_activities, split_int
+from dlpt.compiled.shares import keep_families, split_activities, split_int
 from dlpt.frames import (
     ACTIVITY_KINDS,
     BACKWARD_FRAME,
@@ -457,7 +457,7 @@ class _Attributor:
             rows[0] = cct.exclusive.copy()
             rows[0][multi] = 0
             for i, ids in copies.items():
-                s = shares[i] = split_int(cct.exclusive[i], weights[i])
+                s = shares[i] = keep_families(split_int(cct.exclusive[i], weights[i]), cct.exclusive[i], weights[i])
                 idx.append(np.asarray(ids, dtype=np.int64))
                 rows.append(s)
         exc = sum_rows(new_of_old[np.concatenate(idx)], np.concatenate(rows), len(bparent))

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL
+from dlpt.metrics import _KIND_BYTES_COL, _KIND_COUNT_COL, _KIND_TIME_COL, COL, PC_PARTS
 from dlpt.profile import Activities
 
 
@@ -29,6 +29,41 @@ def split_int(values: np.ndarray, weights: list[int]) -> np.ndarray:
             base[j] += 1
         out[:, c] = base
     return out
+
+
+# Metric families whose parts add up to their total on every node (dlpt.metrics): split column by
+# column, each part's share may round the other way than the total's; `keep_families` mends it.
+_FAMILIES = ((COL["pc_samples"], np.array([COL[m] for m in PC_PARTS])),)
+
+
+def keep_families(split: np.ndarray, values: np.ndarray, weights: list[int]) -> np.ndarray:
+    """`split` (split_int's shares of `values`) with each family's parts mended so that, in every
+    share, they add up to the share's total again, every column still summing to its value:
+    the parts' floors stay, and the units each part has left go one at a time to the shares that
+    lack most, largest fractional part first."""
+    w = [int(x) for x in weights]
+    total = sum(w)
+    for t, cols in _FAMILIES:
+        if not int(values[t]):
+            continue
+        vals = [int(values[c]) for c in cols]
+        floor = np.array([[v * x // total for v in vals] for x in w], dtype=np.int64)
+        need = split[:, t] - floor.sum(axis=1)
+        left = np.array(vals, dtype=np.int64) - floor.sum(axis=0)
+        frac = sorted(((-(v * w[j] % total), j, k) for j in range(len(w)) for k, v in enumerate(vals)))
+        for _, j, k in frac:  # proportional first: a share's own largest remainders
+            if need[j] > 0 and left[k] > 0:
+                floor[j, k] += 1
+                need[j] -= 1
+                left[k] -= 1
+        for j in np.flatnonzero(need > 0).tolist():  # then whatever part still has units
+            for k in np.flatnonzero(left > 0).tolist():
+                n = min(int(need[j]), int(left[k]))
+                floor[j, k] += n
+                need[j] -= n
+                left[k] -= n
+        split[:, cols] = floor
+    return split
 
 
 def transport(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
