@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import DATA
 
-from dlpt.metrics import METRICS
+from dlpt.metrics import METRICS, PC_METRICS
 from dlpt.store import SCHEMA_VERSION
 from dlpt.version import __version__
 
@@ -36,7 +36,8 @@ NOTE = "note"
 # kernels were placed on their lines (fused.py); `ended_by`, when a signal ended the run (Ctrl-C);
 # `run_id` and `collectives`, when it runs as one rank of several (torchrun: rank_env.py, and the
 # log of its collective calls that comm wait is estimated from when ranks are merged).
-OPTIONAL = frozenset({"dataloaders", "compiled_provenance", "ended_by", "run_id", "collectives"})
+OPTIONAL = frozenset({"dataloaders", "compiled_provenance", "ended_by", "run_id", "collectives",
+                      "pc_sampling"})  # pc_sampling: only with --pc-samples
 # Dicts whose keys say what the run did (the phases it went through), not what the collector writes.
 BY_RUN = frozenset({"phases"})
 # Keys recordings write since 2026-11-28 (the snapshot thread's CPU and its stretched wait,
@@ -89,7 +90,9 @@ def test_every_shipped_profile_is_checked() -> None:
 def test_shipped_profile_has_the_current_format(name: str) -> None:
     version, meta = stored(DATA / f"{name}.dlpt")
     assert version == SCHEMA_VERSION, f"{name}.dlpt: format {version}, dlpt writes {SCHEMA_VERSION}"
-    assert meta.get("metrics") == list(METRICS), f"{name}.dlpt: metric columns {meta.get('metrics')}"
+    # Recorded before the PC-sample columns (2026-11-28): the columns before them, read by name.
+    before_pc = [m for m in METRICS if m not in PC_METRICS]
+    assert meta.get("metrics") in (list(METRICS), before_pc), f"{name}.dlpt: metric columns {meta.get('metrics')}"
     assert meta.get("format") == "dlpt" and meta.get("dlpt_version") == __version__
 
 
