@@ -199,3 +199,50 @@ def test_timeline_bins_by_hand():
     assert timeline({0: (7, 8)}, {0: (_a([7]), _a([8]))}, 7, 8) == {"t": [0], "gpu_busy": [1.0]}
     assert timeline({0: (5, 5)}, {}, 5, 5) == {"t": [], "gpu_busy": []}
     assert timeline({}, {}, 0, 10) == {"t": [], "gpu_busy": []}
+
+
+def test_idle_after_a_sync_by_hand():
+    """`after_sync`: in a gap that began while some thread was in a sync, the part after the
+    sync returned. Window [0, 200), busy [0, 10) [50, 60) [120, 130) [180, 200): gaps [10, 50),
+    [60, 120), [130, 180). Syncs (their union): [5, 30) on thread 0, [60, 140) on thread 1 and
+    [130, 150) on thread 0, one run [60, 150). Gap [10, 50) began in [5, 30): 50 - 30 = 20 after it;
+    [60, 120) began in [60, 150), which outlasts it: 0; [130, 180) began in it too: 180 - 150 = 30."""
+    res = blame(5, {0: (0, 200)}, {0: (_a([0, 50, 120, 180]), _a([10, 60, 130, 200]))},
+                _a([5, 30, 130, 60]), _a([30, 50, 150, 140]), _a([1, 2, 1, 3]), _a([0, 0, 0, 1]),
+                np.array([True, False, True, True]))
+    assert res.after_sync == 20 + 0 + 30
+    # No sync: nothing after one; a gap that began before the only sync did: nothing either.
+    res = blame(5, {0: (0, 200)}, {0: (_a([0, 50]), _a([10, 60]))}, _a([5, 20]), _a([20, 40]), _a([1, 2]),
+                _a([0, 0]), np.array([False, True]))
+    assert res.after_sync == 0
+
+
+def test_idle_while_work_was_queued_is_not_the_hosts():
+    """`ready[d]`: when device d had launched work waiting (each launch to its start). Window
+    [0, 100), busy [0, 10) [60, 70) [90, 100); idle gaps [10, 60) and [70, 90) (70 ns). Work
+    queued [20, 60) and [75, 80) (a launch's wait from before the window, [-5, 3), is clipped
+    away): queued 40 + 5 = 45; the rest, [10, 20) [70, 75) [80, 90), 25 ns, is the host's,
+    here node 1's, running the whole window."""
+    busy = {0: (_a([0, 60, 90]), _a([10, 70, 100]))}
+    ready = {0: (_a([20, 75, -5]), _a([60, 80, 3])), 1: (_a([0]), _a([100]))}  # device 1: no window
+    res = blame(2, {0: (0, 100)}, busy, _a([0]), _a([100]), _a([1]), _a([0]), ready=ready)
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 30, "idle": 70, "start-up": 0, "unattributed": 0,
+                                          "queued": 45}
+    assert res.per_node.tolist() == [0, 25] and (res.host, res.sync) == (25, 0)
+    # A host clock that is not the GPU's (host intervals all outside the window): its launch
+    # times are not the GPU's either, so nothing counts as queued; the idle is unattributed.
+    res = blame(2, {0: (0, 100)}, busy, _a([500]), _a([600]), _a([1]), _a([0]), ready=ready)
+    assert res.meta()["devices"]["0"]["queued"] == 0 and res.totals()["unattributed"] == 70
+    assert res.skipped == {idle.HOST_CLOCK: 1}
+
+
+def test_host_intervals_on_unknown_nodes_are_skipped_and_counted():
+    """Nodes 0 .. n_nodes - 1 exist (node 0 the root included); -1 and n_nodes do not. A
+    negative interval is counted as negative only; an empty one on an unknown node is still
+    an interval on an unknown node."""
+    res = blame(3, {0: (0, 100)}, {0: (_a([0]), _a([10]))},
+                _a([10, 40, 50, 60, 70, 80]), _a([40, 50, 60, 60, 65, 100]), _a([0, -1, 3, 7, 9, 2]),
+                _a([0, 0, 0, 0, 0, 0]))
+    assert res.skipped == {idle.UNKNOWN_NODE: 3, idle.NEGATIVE_HOST: 1}
+    # Idle [10, 100): node 0 holds [10, 40), node 2 [80, 100); [40, 80) is no known node's.
+    assert res.per_node.tolist() == [30, 0, 20] and res.totals()["unattributed"] == 40
