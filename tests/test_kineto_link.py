@@ -250,3 +250,39 @@ def test_backward_links_and_thread_anchors_at_the_edges(tmp_path, monkeypatch, h
         "k_w3": f"{main} > train.py:41 spawn_a > worker > aten::copy_ > k_w3",
         "k_w4": f"{main} > train.py:42 spawn_b > thread 4 > aten::add > k_w4",
     }
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_flow_end_is_looked_up_on_its_own_thread(tmp_path, monkeypatch, how):
+    """A flow's end is the first op at its time *on its thread*: the backward op on thread 2
+    starts at 15 µs, the second of all the times here, and thread 1's last op at 900 µs, the
+    last of them, must not be taken for it, however the (thread, time) pairs are encoded."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 1000)
+    t.op("aten::mul", 1, 10, 3)
+    for k in range(1, 9):
+        t.op("aten::relu", 1, 100 * k, 5)
+    t.launch("k_last", 1, 801, 2000)
+    t.op("autograd::engine::evaluate_function: MulBackward0", 2, 15, 20)
+    t.launch("k_mulb", 2, 16, 2010)
+    t.flow(1, 1, 10, 2, 15)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {
+        "k_last": "train.py:10 main > aten::relu > k_last",
+        "k_mulb": "train.py:10 main > aten::mul > [backward] > autograd::engine::evaluate_function: MulBackward0 "
+                  "> k_mulb",
+    }
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how):
+    """A trace of Python frames and launches only (its ops left out) whose fwdbwd flows remain:
+    nothing to link them to, every kernel under its launch's frame."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 100)
+    t.launch("k1", 1, 10, 200)
+    t.py("train.py(11): bwd", 2, 20, 30)
+    t.launch("k2", 2, 25, 210)
+    t.flow(1, 1, 10, 2, 20)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2"}
