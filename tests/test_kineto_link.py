@@ -1,8 +1,9 @@
 """The Kineto linker's rules (collectors/kineto/link.py, paths.py, walk.py) on small traces built
 here event by event, each kernel's expected place and each op's host self time written out by
 hand from the events: a reader checks them against the rules in link.py's docstring, not against
-the linker's code. Each trace is read twice, through paths.py (all spans at once) and through
-walk.py's one-at-a-time walk, which must both give what the rules say."""
+the linker's code. Each trace is read through paths.py (all spans at once), through walk.py's
+one-at-a-time walk, and with its events written in reverse order, which must all give what the
+rules say."""
 
 from __future__ import annotations
 
@@ -54,10 +55,14 @@ class Events:
                     {"ph": "f", "cat": "fwdbwd", "id": fid, "pid": PID, "tid": tid_f, "ts": ts_f, "name": "fwdbwd",
                      "bp": "e"}]
 
-    def load(self, tmp_path, how: str, monkeypatch) -> dlpt.Profile:
+    def load(self, tmp_path, how: str, monkeypatch, base_ns: int = 0) -> dlpt.Profile:
+        """The trace read through paths.py (`how` "paths") or the walk ("walk"); "reversed"
+        (paths.py) writes its events in the opposite order, which must change nothing: spans
+        nest by time, and the first span, thread and flow in the file are no different."""
         path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.pt.trace.json.gz"
+        ev = self.ev[::-1] if how == "reversed" else self.ev
         with gzip.open(path, "wt") as f:
-            json.dump({"schemaVersion": 1, "baseTimeNanoseconds": 0, "traceEvents": self.ev}, f)
+            json.dump({"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": ev}, f)
         with monkeypatch.context() as m:
             if how == "walk":
                 m.setattr(link, "span_paths", lambda *a: None)
@@ -79,7 +84,7 @@ def self_times(p: dlpt.Profile) -> dict[str, int]:
     return {_path(p, i): int(col[i]) for i in range(len(p.cct)) if col[i]}
 
 
-HOW = ["paths", "walk"]
+HOW = ["paths", "walk", "reversed"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -286,3 +291,39 @@ def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how)
     t.flow(1, 1, 10, 2, 20)
     p = t.load(tmp_path, how, monkeypatch)
     assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2"}
+
+
+def test_a_trace_without_host_spans(tmp_path, monkeypatch):
+    """GPU events only (a profiler that kept no host events): each under `<unattributed: no
+    launch record>`, with its start on the trace's clock (baseTimeNanoseconds + ts)."""
+    t = Events()
+    t.kernel("k1", 100, 5)
+    t.kernel("k2", 110.5, 6)
+    p = t.load(tmp_path, "paths", monkeypatch, base_ns=7_000_000_000)
+    assert kernel_paths(p) == {"k1": "<unattributed: no launch record> > k1",
+                               "k2": "<unattributed: no launch record> > k2"}
+    assert sorted(p.activities.start.tolist()) == [7_000_100_000, 7_000_110_500]
+    assert sorted(p.activities.duration.tolist()) == [3000, 3000]
+
+
+def test_a_backward_link_that_loops_is_ignored(tmp_path, monkeypatch):
+    """A backward op whose fwdbwd flow starts at an op inside it (a damaged trace): its context
+    would be its own node. The walk (paths.py gives such traces up) drops that link; the op stays
+    where it nests by time."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 100)
+    t.op("autograd::engine::evaluate_function: AddBackward0", 1, 10, 50)
+    t.op("aten::add", 1, 20, 5)
+    t.launch("k_loop", 1, 21, 200)
+    t.flow(1, 1, 20, 1, 10)
+    t.op("aten::add", 1, 70, 5)
+    t.launch("k_after", 1, 71, 210)
+    called = []
+    real = link.span_paths
+    monkeypatch.setattr(link, "span_paths", lambda *a: called.append(real(*a)) or called[-1])
+    p = t.load(tmp_path, "paths", monkeypatch)
+    assert called == [None]
+    assert kernel_paths(p) == {
+        "k_loop": "train.py:10 main > autograd::engine::evaluate_function: AddBackward0 > aten::add > k_loop",
+        "k_after": "train.py:10 main > aten::add > k_after",
+    }
