@@ -246,3 +246,21 @@ def test_host_intervals_on_unknown_nodes_are_skipped_and_counted():
     assert res.skipped == {idle.UNKNOWN_NODE: 3, idle.NEGATIVE_HOST: 1}
     # Idle [10, 100): node 0 holds [10, 40), node 2 [80, 100); [40, 80) is no known node's.
     assert res.per_node.tolist() == [30, 0, 20] and res.totals()["unattributed"] == 40
+
+
+def test_largest_remainder_by_hand():
+    """Floors, then one more for the largest remainders; one less, when the floors overshoot,
+    from the smallest remainders of the entries that have one to give."""
+    v = np.array([0.2, 0.7, 1.5])  # floors [0, 0, 1]: 2 short, to 0.7 and then 1.5's 0.5
+    assert largest_remainder(v, 3).tolist() == [0, 1, 2]
+    assert largest_remainder(v, 1).tolist() == [0, 0, 1]  # the floors: nothing short
+    # Far short: every entry gets the whole part of short / n, the rest by remainder (ties in order).
+    assert largest_remainder(np.array([1.0, 1.0]), 5).tolist() == [3, 2]
+    assert largest_remainder(np.array([1.0, 1.0, 1.0]), 10).tolist() == [4, 3, 3]  # 7 short: 2 each, 1 left
+    # Over: floors [0, 2, 0, 1] sum to 3.
+    v = np.array([0.9, 2.95, 0.5, 1.4])
+    assert largest_remainder(v, 2).tolist() == [0, 2, 0, 0]  # 1.4's 0.4 gives first
+    assert largest_remainder(v, 1).tolist() == [0, 1, 0, 0]  # then 2.95's
+    assert largest_remainder(v, 0).tolist() == [0, 0, 0, 0]  # then 2.95's second
+    assert largest_remainder(np.array([-0.5, 2.0]), 2).tolist() == [0, 2]  # a negative share is 0
+    assert largest_remainder(np.zeros(0), 0).tolist() == []
