@@ -56,17 +56,24 @@ class Events:
                      "bp": "e"}]
 
     def load(self, tmp_path, how: str, monkeypatch, base_ns: int = 0) -> dlpt.Profile:
-        """The trace read through paths.py (`how` "paths") or the walk ("walk"); "-reversed"
+        """The trace read through paths.py (`how` "paths", which must not give it up to the
+        walk), through the walk ("walk"), or as link.py chooses (anything else); "-reversed"
         writes its events in the opposite order, which must change nothing: spans nest by time,
         and the first span, thread and flow in the file are no different from the others."""
         path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.pt.trace.json.gz"
         ev = self.ev[::-1] if how.endswith("-reversed") else self.ev
         with gzip.open(path, "wt") as f:
             json.dump({"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": ev}, f)
+        got = []
         with monkeypatch.context() as m:
             if how.startswith("walk"):
                 m.setattr(link, "span_paths", lambda *a: None)
-            return dlpt.load(str(path))
+            elif how.startswith("paths"):  # paths.py reads every trace whose links do not loop
+                real = link.span_paths
+                m.setattr(link, "span_paths", lambda *a: got.append(real(*a)) or got[-1])
+            p = dlpt.load(str(path))
+        assert not how.startswith("paths") or (len(got) == 1 and got[0] is not None)
+        return p
 
 
 def _path(p: dlpt.Profile, node: int) -> str:
@@ -322,7 +329,7 @@ def test_a_backward_link_that_loops_is_ignored(tmp_path, monkeypatch):
     called = []
     real = link.span_paths
     monkeypatch.setattr(link, "span_paths", lambda *a: called.append(real(*a)) or called[-1])
-    p = t.load(tmp_path, "paths", monkeypatch)
+    p = t.load(tmp_path, "as linked", monkeypatch)
     assert called == [None]
     assert kernel_paths(p) == {
         "k_loop": "train.py:10 main > autograd::engine::evaluate_function: AddBackward0 > aten::add > k_loop",
