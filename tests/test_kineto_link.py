@@ -55,7 +55,7 @@ class Events:
                     {"ph": "f", "cat": "fwdbwd", "id": fid, "pid": PID, "tid": tid_f, "ts": ts_f, "name": "fwdbwd",
                      "bp": "e"}]
 
-    def load(self, tmp_path, how: str, monkeypatch, base_ns: int = 0) -> dlpt.Profile:
+    def load(self, tmp_path, how: str, monkeypatch, base_ns: int | None = 0) -> dlpt.Profile:
         """The trace read through paths.py (`how` "paths", which must not give it up to the
         walk), through the walk ("walk"), or as link.py chooses (anything else); "-reversed"
         writes its events in the opposite order, which must change nothing: spans nest by time,
@@ -63,7 +63,8 @@ class Events:
         path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.pt.trace.json.gz"
         ev = self.ev[::-1] if how.endswith("-reversed") else self.ev
         with gzip.open(path, "wt") as f:
-            json.dump({"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": ev}, f)
+            head = {} if base_ns is None else {"baseTimeNanoseconds": base_ns}  # None: a trace without one
+            json.dump({"schemaVersion": 1, **head, "traceEvents": ev}, f)
         got = []
         with monkeypatch.context() as m:
             if how.startswith("walk"):
@@ -301,17 +302,21 @@ def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how)
     assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2"}
 
 
-def test_a_trace_without_host_spans(tmp_path, monkeypatch):
+@pytest.mark.parametrize("base_ns", [7_000_000_000, None])
+def test_a_trace_without_host_spans(tmp_path, monkeypatch, base_ns):
     """GPU events only (a profiler that kept no host events): each under `<unattributed: no
-    launch record>`, with its start on the trace's clock (baseTimeNanoseconds + ts)."""
+    launch record>`, its start and the window on the trace's clock, baseTimeNanoseconds + ts
+    (ts alone in a trace without baseTimeNanoseconds, as Kineto wrote before it had one)."""
     t = Events()
     t.kernel("k1", 100, 5)
     t.kernel("k2", 110.5, 6)
-    p = t.load(tmp_path, "paths", monkeypatch, base_ns=7_000_000_000)
+    p = t.load(tmp_path, "paths", monkeypatch, base_ns=base_ns)
     assert kernel_paths(p) == {"k1": "<unattributed: no launch record> > k1",
                                "k2": "<unattributed: no launch record> > k2"}
-    assert sorted(p.activities.start.tolist()) == [7_000_100_000, 7_000_110_500]
+    b = base_ns or 0
+    assert sorted(p.activities.start.tolist()) == [b + 100_000, b + 110_500]
     assert sorted(p.activities.duration.tolist()) == [3000, 3000]
+    assert p.meta["window"] == {"start": b + 100_000, "end": b + 110_500 + 3000}
 
 
 def test_a_backward_link_that_loops_is_ignored(tmp_path, monkeypatch):
