@@ -185,6 +185,13 @@ def test_nesting_by_time_and_self_time_at_the_edges(tmp_path, monkeypatch, how):
     t.x("user_annotation", "## Call ##", 1, 910, 50)
     t.op("aten::mm", 1, 920, 20)
     t.launch("k_mm", 1, 925, 2040)
+    t.op("full", 1, 1200, 10)  # filled by its two ops: no self time
+    t.op("half", 1, 1200, 5)
+    t.op("half", 1, 1205, 5)
+    t.op("x", 1, 1100, 50)
+    t.py("train.py(12): inner", 1, 1105, 40)
+    t.op("y", 1, 1110, 5)  # inside x through two frames
+    t.py("train.py(11): outer", 1, 1102, 45)  # the first span when the events are reversed
     p = t.load(tmp_path, how, monkeypatch)
     assert kernel_paths(p) == {
         "k_b": "b > k_b",
@@ -201,6 +208,9 @@ def test_nesting_by_time_and_self_time_at_the_edges(tmp_path, monkeypatch, how):
         "train.py:9 same > e": 100_000,
         "CompiledFunction": (100 - 50) * 1000,
         "CompiledFunction > ## Call ## > aten::mm": 20_000,
+        "full > half": 2 * 5000,
+        "x": (50 - 5) * 1000,
+        "x > train.py:11 outer > train.py:12 inner > y": 5000,
     }
 
 
