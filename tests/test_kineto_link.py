@@ -121,11 +121,12 @@ def test_every_rule_of_the_linker_on_one_small_trace(tmp_path, monkeypatch, how)
     t.launch("k_one", 2, 952, 1130)
     # Thread 3, started from train.py:30 (named "loader").
     t.ev.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": 3, "args": {"name": "loader"}})
-    t.py("threading.py(990): start", 1, 930, 10)
+    t.py("threading.py(990): start", 1, 925, 5)
+    t.py("train.py(35): start", 1, 937, 5)  # a function of the user's named start: no Thread.start
     t.op("aten::copy_", 3, 945, 20)
     t.launch("k_copy", 3, 950, 1140)
     t.kernel("k_orphan", 1150, 999)  # no launch has its correlation
-    t.py("train.py(30): spawn", 1, 920, 50)  # the first span when the events are reversed
+    t.py("train.py(30): spawn", 1, 920, 15)  # the first span when the events are reversed
     p = t.load(tmp_path, how, monkeypatch)
     main = "train.py:10 main"
     mmb = f"{main} > aten::linear > aten::mm > [backward] > autograd::engine::evaluate_function: MmBackward0"
@@ -231,6 +232,7 @@ def test_backward_links_and_thread_anchors_at_the_edges(tmp_path, monkeypatch, h
     t.op("aten::div", 1, 30, 10, seq=7)
     t.op("aten::sub", 1, 50, 10, seq=8)
     t.op("aten::neg", 1, 70, 10, seq=9)
+    t.op("aten::exp", 1, 80, 5)
     t.op("aten::empty", 2, 100, 5)  # starts as run_backward does
     t.launch("k_empty", 2, 101, 3000)
     t.op("autograd::engine::evaluate_function: MulBackward0", 2, 200, 50, seq=0)
@@ -247,6 +249,9 @@ def test_backward_links_and_thread_anchors_at_the_edges(tmp_path, monkeypatch, h
     t.op("AccumulateGrad", 2, 620, 10)  # in no evaluate_function: the flow links the op itself
     t.launch("k_acc", 2, 622, 3040)
     t.flow(3, 1, 70, 2, 620)
+    t.op("AccumulateGrad", 1, 650, 10)  # on the waiting thread itself (as on CPU), in run_backward
+    t.launch("k_acc1", 1, 651, 3045)
+    t.flow(6, 1, 80, 1, 650)
     t.op("aten::fill_", 2, 700, 5)  # starts as run_backward ends
     t.launch("k_fill", 2, 701, 3050)
     t.ev.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": 3, "args": {"name": "worker"}})
@@ -270,6 +275,7 @@ def test_backward_links_and_thread_anchors_at_the_edges(tmp_path, monkeypatch, h
         "k_divb": f"{main} > aten::div > [backward] > {ev} DivBackward0 > DivBackward0 > k_divb",
         "k_subb": f"{main} > aten::sub > [backward] > {ev} SubBackward0 > SubBackward0 > k_subb",
         "k_acc": f"{main} > aten::neg > [backward] > AccumulateGrad > k_acc",
+        "k_acc1": f"{main} > aten::exp > [backward] > AccumulateGrad > k_acc1",
         "k_fill": "thread 2 > aten::fill_ > k_fill",
         "k_w3": f"{main} > train.py:41 spawn_a > worker > aten::copy_ > k_w3",
         "k_w4": f"{main} > train.py:42 spawn_b > thread 4 > aten::add > k_w4",
@@ -296,6 +302,23 @@ def test_a_flow_end_is_looked_up_on_its_own_thread(tmp_path, monkeypatch, how):
         "k_mulb": "train.py:10 main > aten::mul > [backward] > autograd::engine::evaluate_function: MulBackward0 "
                   "> k_mulb",
     }
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_flow_ending_inside_an_evaluate_function_links_it(tmp_path, monkeypatch, how):
+    """The flow ends at the backward node's op, inside its `evaluate_function`: the whole
+    `evaluate_function` is linked (here, reversed, the trace's first span)."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 100)
+    t.op("aten::mul", 1, 10, 5)
+    t.op("MulBackward0", 2, 30, 10)
+    t.launch("k_mulb", 2, 31, 200)
+    t.flow(1, 1, 10, 2, 30)
+    t.op("autograd::engine::evaluate_function: MulBackward0", 2, 28, 20)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {
+        "k_mulb": "train.py:10 main > aten::mul > [backward] > autograd::engine::evaluate_function: MulBackward0 "
+                  "> MulBackward0 > k_mulb"}
 
 
 @pytest.mark.parametrize("how", HOW)
