@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 import dlpt
@@ -373,3 +374,18 @@ def test_a_backward_link_that_loops_is_ignored(tmp_path, monkeypatch):
         "k_loop": "train.py:10 main > autograd::engine::evaluate_function: AddBackward0 > aten::add > k_loop",
         "k_after": "train.py:10 main > aten::add > k_after",
     }
+
+
+def test_paths_are_made_once_per_parent_and_frame():
+    """paths.py's hash-consing: path 0 is the base (no parent, no frame); each other path is
+    one (parent path, frame code) pair, made the first time it is asked for, in the order of
+    the pairs' keys, and the same path every time after."""
+    from dlpt.collectors.kineto.paths import _HashCons
+
+    h = _HashCons(10)
+    got = h.children(np.array([0, 0, 0]), np.array([7, 5, 7]))
+    assert got.tolist() == [2, 1, 2]  # (0, 5) before (0, 7): their keys are 5 and 7
+    assert h.children(np.array([2, 0]), np.array([5, 5])).tolist() == [3, 1]
+    assert (h.parent, h.code) == ([-1, 0, 0, 2], [-1, 5, 7, 5])
+    assert h.children(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).tolist() == []
+    assert (h.parent, h.code) == ([-1, 0, 0, 2], [-1, 5, 7, 5])
