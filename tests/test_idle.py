@@ -264,3 +264,36 @@ def test_largest_remainder_by_hand():
     assert largest_remainder(v, 0).tolist() == [0, 0, 0, 0]  # then 2.95's second
     assert largest_remainder(np.array([-0.5, 2.0]), 2).tolist() == [0, 2]  # a negative share is 0
     assert largest_remainder(np.zeros(0), 0).tolist() == []
+
+
+def test_empty_intervals_and_edges_of_the_window():
+    """Intervals are half-open, [start, end). A GPU activity that ends as the window starts, or
+    starts as it ends, is outside it; an empty one is no activity (neither negative nor outside).
+    An empty host interval is no interval: inside another of its thread, it is not cut. Host
+    intervals that only touch the window are outside it: the clocks do not line up."""
+    busy = {0: (_a([-10, 100, 50, 200, 0]), _a([0, 110, 50, 200, 10]))}
+    res = blame(3, {0: (0, 100)}, busy, _a([10, 20]), _a([40, 20]), _a([1, 2]), _a([0, 0]))
+    assert res.skipped == {idle.OUTSIDE_GPU: 2}
+    assert res.per_node.tolist() == [0, 30, 0]
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 10, "idle": 90, "start-up": 0, "unattributed": 60,
+                                          "queued": 0}
+    res = blame(3, {0: (0, 100)}, busy, _a([-20, 100]), _a([0, 120]), _a([1, 2]), _a([0, 0]))
+    assert res.skipped == {idle.OUTSIDE_GPU: 2, idle.HOST_CLOCK: 2} and res.per_node.sum() == 0
+
+
+def test_host_inside_one_of_two_windows_is_on_the_gpus_clock():
+    """Two devices: the host intervals overlap the first one's window only. The clocks line up
+    (no HOST_CLOCK), and the queued work of each device is still read."""
+    busy = {0: (_a([0, 60]), _a([10, 100])), 1: (_a([1000, 1090]), _a([1010, 1100]))}
+    ready = {0: (_a([20]), _a([60])), 1: (_a([1020]), _a([1090]))}
+    res = blame(2, {0: (0, 100), 1: (1000, 1100)}, busy, _a([0]), _a([100]), _a([1]), _a([0]), ready=ready)
+    assert res.skipped == {}
+    assert res.meta()["devices"]["0"]["queued"] == 40 and res.meta()["devices"]["1"]["queued"] == 70
+    assert res.per_node.tolist() == [0, 10] and res.meta()["devices"]["1"]["unattributed"] == 10
+
+
+def test_blame_without_nodes():
+    """A tree of no nodes: every host interval is on an unknown node; the idle is unattributed."""
+    res = blame(0, {0: (0, 100)}, {0: (_a([0]), _a([10]))}, _a([10]), _a([90]), _a([0]), _a([0]))
+    assert res.per_node.tolist() == [] and (res.host, res.sync) == (0, 0)
+    assert res.skipped == {idle.UNKNOWN_NODE: 1} and res.totals()["unattributed"] == 90
