@@ -279,6 +279,10 @@ def test_empty_intervals_and_edges_of_the_window():
                                           "queued": 0}
     res = blame(3, {0: (0, 100)}, busy, _a([-20, 100]), _a([0, 120]), _a([1, 2]), _a([0, 0]))
     assert res.skipped == {idle.OUTSIDE_GPU: 2, idle.HOST_CLOCK: 2} and res.per_node.sum() == 0
+    # A device of an empty window is skipped, not the devices after it.
+    res = blame(3, {0: (50, 50), 1: (0, 100)}, {1: busy[0]}, _a([10]), _a([40]), _a([1]), _a([0]))
+    assert res.skipped == {idle.EMPTY_WINDOW: 1, idle.OUTSIDE_GPU: 2}
+    assert list(res.meta()["devices"]) == ["1"] and res.per_node.tolist() == [0, 30, 0]
 
 
 def test_host_inside_one_of_two_windows_is_on_the_gpus_clock():
