@@ -254,6 +254,7 @@ def test_largest_remainder_by_hand():
     v = np.array([0.2, 0.7, 1.5])  # floors [0, 0, 1]: 2 short, to 0.7 and then 1.5's 0.5
     assert largest_remainder(v, 3).tolist() == [0, 1, 2]
     assert largest_remainder(v, 1).tolist() == [0, 0, 1]  # the floors: nothing short
+    assert largest_remainder(np.array([2.1, 0.6]), 3).tolist() == [2, 1]  # by remainder, not by size
     # Far short: every entry gets the whole part of short / n, the rest by remainder (ties in order).
     assert largest_remainder(np.array([1.0, 1.0]), 5).tolist() == [3, 2]
     assert largest_remainder(np.array([1.0, 1.0, 1.0]), 10).tolist() == [4, 3, 3]  # 7 short: 2 each, 1 left
@@ -264,6 +265,7 @@ def test_largest_remainder_by_hand():
     assert largest_remainder(v, 0).tolist() == [0, 0, 0, 0]  # then 2.95's second
     assert largest_remainder(np.array([-0.5, 2.0]), 2).tolist() == [0, 2]  # a negative share is 0
     assert largest_remainder(np.zeros(0), 0).tolist() == []
+    assert largest_remainder(np.zeros(0), 3).tolist() == []  # no entries: nothing to share it among
 
 
 def test_empty_intervals_and_edges_of_the_window():
