@@ -39,13 +39,14 @@ class Events:
     def op(self, name: str, tid: int, ts: float, dur: float, seq: int | None = None) -> None:
         self.x("cpu_op", name, tid, ts, dur, seq)
 
-    def launch(self, kernel: str, tid: int, ts: float, gpu_ts: float, corr: int | None = None) -> None:
-        """A 2 µs cudaLaunchKernel at ts and its 3 µs kernel at gpu_ts."""
+    def launch(self, kernel: str, tid: int, ts: float, gpu_ts: float, corr: int | None = None) -> int:
+        """A 2 µs cudaLaunchKernel at ts and its 3 µs kernel at gpu_ts; its correlation."""
         self._corr += 1
         c = self._corr if corr is None else corr
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID, "tid": tid,
                         "ts": ts, "dur": 2, "args": {"correlation": c}})
         self.kernel(kernel, gpu_ts, c)
+        return c
 
     def kernel(self, name: str, gpu_ts: float, corr: int) -> None:
         self.ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": gpu_ts, "dur": 3,
@@ -127,6 +128,10 @@ def test_every_rule_of_the_linker_on_one_small_trace(tmp_path, monkeypatch, how)
     t.op("aten::copy_", 3, 945, 20)
     t.launch("k_copy", 3, 950, 1140)
     t.kernel("k_orphan", 1150, 999)  # no launch has its correlation
+    t.launch("k_top2", 2, 980, 1160)  # a launch in no span: under its thread's node
+    t.launch("k_top1", 1, 1005, 1170)  # on the Python thread: under the profile's base
+    corr = t.launch("k_graph1", 1, 990, 1180)  # one launch, two kernels (a graph's)
+    t.kernel("k_graph2", 1190, corr)
     t.py("train.py(30): spawn", 1, 920, 15)  # the first span when the events are reversed
     p = t.load(tmp_path, how, monkeypatch)
     main = "train.py:10 main"
@@ -143,6 +148,10 @@ def test_every_rule_of_the_linker_on_one_small_trace(tmp_path, monkeypatch, how)
         "k_one": "thread 2 > aten::ones > k_one",
         "k_copy": f"{main} > train.py:30 spawn > loader > aten::copy_ > k_copy",
         "k_orphan": "<unattributed: no launch record> > k_orphan",
+        "k_top2": "thread 2 > k_top2",
+        "k_top1": "k_top1",
+        "k_graph1": f"{main} > k_graph1",
+        "k_graph2": f"{main} > k_graph2",
     }
     # Self time: the duration less the ops directly inside (launches and frames are not ops).
     assert self_times(p) == {
