@@ -333,16 +333,20 @@ def test_a_flow_ending_inside_an_evaluate_function_links_it(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("how", HOW)
 def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how):
-    """A trace of Python frames and launches only (its ops left out) whose fwdbwd flows remain:
-    nothing to link them to, every kernel under its launch's frame."""
+    """A trace of Python frames and launches only (its ops left out, but one on a thread without
+    Python frames) whose fwdbwd flows remain: nothing to link them to, every kernel under its
+    launch's frame; no `run_backward` waits, so that thread's work is under a thread node."""
     t = Events()
     t.py("train.py(10): main", 1, 0, 100)
     t.launch("k1", 1, 10, 200)
     t.py("train.py(11): bwd", 2, 20, 30)
     t.launch("k2", 2, 25, 210)
     t.flow(1, 1, 10, 2, 20)
+    t.op("aten::add", 3, 60, 10)  # a thread without Python frames, in a trace without run_backward
+    t.launch("k3", 3, 61, 220)
     p = t.load(tmp_path, how, monkeypatch)
-    assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2"}
+    assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2",
+                               "k3": "thread 3 > aten::add > k3"}
 
 
 @pytest.mark.parametrize("base_ns", [7_000_000_000, None])
