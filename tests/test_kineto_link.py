@@ -48,9 +48,11 @@ class Events:
         self.kernel(kernel, gpu_ts, c)
         return c
 
-    def kernel(self, name: str, gpu_ts: float, corr: int) -> None:
-        self.ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": gpu_ts, "dur": 3,
-                        "args": {"device": 0, "stream": 7, "correlation": corr}})
+    def kernel(self, name: str, gpu_ts: float, corr: int | None, device: int = 0, stream: int = 7) -> None:
+        """A 3 µs kernel; corr None: one without a correlation."""
+        args = {"device": device, "stream": stream} | ({} if corr is None else {"correlation": corr})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": gpu_ts, "dur": 3,
+                        "args": args})
 
     def flow(self, fid: int, tid_s: int, ts_s: float, tid_f: int, ts_f: float) -> None:
         self.ev += [{"ph": "s", "cat": "fwdbwd", "id": fid, "pid": PID, "tid": tid_s, "ts": ts_s, "name": "fwdbwd"},
@@ -128,6 +130,7 @@ def test_every_rule_of_the_linker_on_one_small_trace(tmp_path, monkeypatch, how)
     t.op("aten::copy_", 3, 945, 20)
     t.launch("k_copy", 3, 950, 1140)
     t.kernel("k_orphan", 1150, 999)  # no launch has its correlation
+    t.kernel("k_nocorr", 1155, None)  # no correlation at all
     t.launch("k_top2", 2, 980, 1160)  # a launch in no span: under its thread's node
     t.launch("k_top1", 1, 1005, 1170)  # on the Python thread: under the profile's base
     corr = t.launch("k_graph1", 1, 990, 1180)  # one launch, two kernels (a graph's)
@@ -148,6 +151,7 @@ def test_every_rule_of_the_linker_on_one_small_trace(tmp_path, monkeypatch, how)
         "k_one": "thread 2 > aten::ones > k_one",
         "k_copy": f"{main} > train.py:30 spawn > loader > aten::copy_ > k_copy",
         "k_orphan": "<unattributed: no launch record> > k_orphan",
+        "k_nocorr": "<unattributed: no launch record> > k_nocorr",
         "k_top2": "thread 2 > k_top2",
         "k_top1": "k_top1",
         "k_graph1": f"{main} > k_graph1",
@@ -352,17 +356,18 @@ def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how)
 @pytest.mark.parametrize("base_ns", [7_000_000_000, None])
 def test_a_trace_without_host_spans(tmp_path, monkeypatch, base_ns):
     """GPU events only (a profiler that kept no host events): each under `<unattributed: no
-    launch record>`, its start and the window on the trace's clock, baseTimeNanoseconds + ts
+    launch record>` with its device and stream, its start and the window on the trace's clock, baseTimeNanoseconds + ts
     (ts alone in a trace without baseTimeNanoseconds, as Kineto wrote before it had one)."""
     t = Events()
     t.kernel("k1", 100, 5)
-    t.kernel("k2", 110.5, 6)
+    t.kernel("k2", 110.5, 6, device=1, stream=9)
     p = t.load(tmp_path, "paths", monkeypatch, base_ns=base_ns)
     assert kernel_paths(p) == {"k1": "<unattributed: no launch record> > k1",
                                "k2": "<unattributed: no launch record> > k2"}
     b = base_ns or 0
-    assert sorted(p.activities.start.tolist()) == [b + 100_000, b + 110_500]
-    assert sorted(p.activities.duration.tolist()) == [3000, 3000]
+    a = p.activities
+    assert sorted(zip(a.start.tolist(), a.duration.tolist(), a.device.tolist(), a.stream.tolist())) == [
+        (b + 100_000, 3000, 0, 7), (b + 110_500, 3000, 1, 9)]
     assert p.meta["window"] == {"start": b + 100_000, "end": b + 110_500 + 3000}
 
 
