@@ -131,3 +131,21 @@ def test_each_run_is_named_by_its_path_or_command_or_root() -> None:
     assert (d.a_name, d.b_name) == ("synthetic", "python train.py --fast")  # conftest's root frame
     b.path = "/tmp/after.dlpt"
     assert diff_profiles(a, b, by="file").b_name == "/tmp/after.dlpt"
+
+
+@pytest.mark.parametrize("by", ["function", "file"])
+def test_a_function_whose_lines_shifted_is_matched_as_itself_without_a_lines_code(by: str) -> None:
+    """An edit above fwd moved its line from 3 to 5 (the frames named as the collectors name
+    them, `fwd (m.py:3)`): by function or file it is the same row, matched by the first stage
+    (file and function, or file), not as moved. A function's or a file's row shows no line's
+    code: both runs stored m.py, but only a line row reads its text."""
+    src_a = "a = 1\nb = 2\nx = conv(x)\n"
+    src_b = "a = 1\nb = 2\nnew()\nnew()\nx = conv(x)\n"
+    a = synthetic_profile([([Frame("python", "fwd (m.py:3)", "m.py", 3, "fwd"), GEMM], 100)], sources={"m.py": src_a})
+    b = synthetic_profile([([Frame("python", "fwd (m.py:5)", "m.py", 5, "fwd"), GEMM], 130)], sources={"m.py": src_b})
+    d = diff_profiles(a, b, by=by, metric="gpu_time")
+    rows = [(r.match, r.before, r.after, r.entry.code) for r in d.rows if r.entry.frame.kind == "python"]
+    assert rows == [(by, 100, 130, "")]
+    d = diff_profiles(a, b, by="line", metric="gpu_time")  # a line's row does show it
+    rows = [(r.match, r.entry.code) for r in d.rows if r.entry.frame.kind == "python"]
+    assert rows == [("code", "x = conv(x)")]

@@ -199,3 +199,107 @@ def test_timeline_bins_by_hand():
     assert timeline({0: (7, 8)}, {0: (_a([7]), _a([8]))}, 7, 8) == {"t": [0], "gpu_busy": [1.0]}
     assert timeline({0: (5, 5)}, {}, 5, 5) == {"t": [], "gpu_busy": []}
     assert timeline({}, {}, 0, 10) == {"t": [], "gpu_busy": []}
+
+
+def test_idle_after_a_sync_by_hand():
+    """`after_sync`: in a gap that began while some thread was in a sync, the part after the
+    sync returned. Window [0, 200), busy [0, 10) [50, 60) [120, 130) [180, 200): gaps [10, 50),
+    [60, 120), [130, 180). Syncs (their union): [5, 30) on thread 0, [60, 140) on thread 1 and
+    [130, 150) on thread 0, one run [60, 150). Gap [10, 50) began in [5, 30): 50 - 30 = 20 after it;
+    [60, 120) began in [60, 150), which outlasts it: 0; [130, 180) began in it too: 180 - 150 = 30."""
+    res = blame(5, {0: (0, 200)}, {0: (_a([0, 50, 120, 180]), _a([10, 60, 130, 200]))},
+                _a([5, 30, 130, 60]), _a([30, 50, 150, 140]), _a([1, 2, 1, 3]), _a([0, 0, 0, 1]),
+                np.array([True, False, True, True]))
+    assert res.after_sync == 20 + 0 + 30
+    # No sync: nothing after one; a gap that began before the only sync did: nothing either.
+    res = blame(5, {0: (0, 200)}, {0: (_a([0, 50]), _a([10, 60]))}, _a([5, 20]), _a([20, 40]), _a([1, 2]),
+                _a([0, 0]), np.array([False, True]))
+    assert res.after_sync == 0
+
+
+def test_idle_while_work_was_queued_is_not_the_hosts():
+    """`ready[d]`: when device d had launched work waiting (each launch to its start). Window
+    [0, 100), busy [0, 10) [60, 70) [90, 100); idle gaps [10, 60) and [70, 90) (70 ns). Work
+    queued [20, 60) and [75, 80) (a launch's wait from before the window, [-5, 3), is clipped
+    away): queued 40 + 5 = 45; the rest, [10, 20) [70, 75) [80, 90), 25 ns, is the host's,
+    here node 1's, running the whole window."""
+    busy = {0: (_a([0, 60, 90]), _a([10, 70, 100]))}
+    ready = {0: (_a([20, 75, -5]), _a([60, 80, 3])), 1: (_a([0]), _a([100]))}  # device 1: no window
+    res = blame(2, {0: (0, 100)}, busy, _a([0]), _a([100]), _a([1]), _a([0]), ready=ready)
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 30, "idle": 70, "start-up": 0, "unattributed": 0,
+                                          "queued": 45}
+    assert res.per_node.tolist() == [0, 25] and (res.host, res.sync) == (25, 0)
+    # A host clock that is not the GPU's (host intervals all outside the window): its launch
+    # times are not the GPU's either, so nothing counts as queued; the idle is unattributed.
+    res = blame(2, {0: (0, 100)}, busy, _a([500]), _a([600]), _a([1]), _a([0]), ready=ready)
+    assert res.meta()["devices"]["0"]["queued"] == 0 and res.totals()["unattributed"] == 70
+    assert res.skipped == {idle.HOST_CLOCK: 1}
+
+
+def test_host_intervals_on_unknown_nodes_are_skipped_and_counted():
+    """Nodes 0 .. n_nodes - 1 exist (node 0 the root included); -1 and n_nodes do not. A
+    negative interval is counted as negative only; an empty one on an unknown node is still
+    an interval on an unknown node."""
+    res = blame(3, {0: (0, 100)}, {0: (_a([0]), _a([10]))},
+                _a([10, 40, 50, 60, 70, 80]), _a([40, 50, 60, 60, 65, 100]), _a([0, -1, 3, 7, 9, 2]),
+                _a([0, 0, 0, 0, 0, 0]))
+    assert res.skipped == {idle.UNKNOWN_NODE: 3, idle.NEGATIVE_HOST: 1}
+    # Idle [10, 100): node 0 holds [10, 40), node 2 [80, 100); [40, 80) is no known node's.
+    assert res.per_node.tolist() == [30, 0, 20] and res.totals()["unattributed"] == 40
+
+
+def test_largest_remainder_by_hand():
+    """Floors, then one more for the largest remainders; one less, when the floors overshoot,
+    from the smallest remainders of the entries that have one to give."""
+    v = np.array([0.2, 0.7, 1.5])  # floors [0, 0, 1]: 2 short, to 0.7 and then 1.5's 0.5
+    assert largest_remainder(v, 3).tolist() == [0, 1, 2]
+    assert largest_remainder(v, 1).tolist() == [0, 0, 1]  # the floors: nothing short
+    assert largest_remainder(np.array([2.1, 0.6]), 3).tolist() == [2, 1]  # by remainder, not by size
+    # Far short: every entry gets the whole part of short / n, the rest by remainder (ties in order).
+    assert largest_remainder(np.array([1.0, 1.0]), 5).tolist() == [3, 2]
+    assert largest_remainder(np.array([1.0, 1.0, 1.0]), 10).tolist() == [4, 3, 3]  # 7 short: 2 each, 1 left
+    # Over: floors [0, 2, 0, 1] sum to 3.
+    v = np.array([0.9, 2.95, 0.5, 1.4])
+    assert largest_remainder(v, 2).tolist() == [0, 2, 0, 0]  # 1.4's 0.4 gives first
+    assert largest_remainder(v, 1).tolist() == [0, 1, 0, 0]  # then 2.95's
+    assert largest_remainder(v, 0).tolist() == [0, 0, 0, 0]  # then 2.95's second
+    assert largest_remainder(np.array([-0.5, 2.0]), 2).tolist() == [0, 2]  # a negative share is 0
+    assert largest_remainder(np.zeros(0), 0).tolist() == []
+    assert largest_remainder(np.zeros(0), 3).tolist() == []  # no entries: nothing to share it among
+
+
+def test_empty_intervals_and_edges_of_the_window():
+    """Intervals are half-open, [start, end). A GPU activity that ends as the window starts, or
+    starts as it ends, is outside it; an empty one is no activity (neither negative nor outside).
+    An empty host interval is no interval: inside another of its thread, it is not cut. Host
+    intervals that only touch the window are outside it: the clocks do not line up."""
+    busy = {0: (_a([-10, 100, 50, 200, 0]), _a([0, 110, 50, 200, 10]))}
+    res = blame(3, {0: (0, 100)}, busy, _a([10, 20]), _a([40, 20]), _a([1, 2]), _a([0, 0]))
+    assert res.skipped == {idle.OUTSIDE_GPU: 2}
+    assert res.per_node.tolist() == [0, 30, 0]
+    assert res.meta()["devices"]["0"] == {"window": 100, "busy": 10, "idle": 90, "start-up": 0, "unattributed": 60,
+                                          "queued": 0}
+    res = blame(3, {0: (0, 100)}, busy, _a([-20, 100]), _a([0, 120]), _a([1, 2]), _a([0, 0]))
+    assert res.skipped == {idle.OUTSIDE_GPU: 2, idle.HOST_CLOCK: 2} and res.per_node.sum() == 0
+    # A device of an empty window is skipped, not the devices after it.
+    res = blame(3, {0: (50, 50), 1: (0, 100)}, {1: busy[0]}, _a([10]), _a([40]), _a([1]), _a([0]))
+    assert res.skipped == {idle.EMPTY_WINDOW: 1, idle.OUTSIDE_GPU: 2}
+    assert list(res.meta()["devices"]) == ["1"] and res.per_node.tolist() == [0, 30, 0]
+
+
+def test_host_inside_one_of_two_windows_is_on_the_gpus_clock():
+    """Two devices: the host intervals overlap the first one's window only. The clocks line up
+    (no HOST_CLOCK), and the queued work of each device is still read."""
+    busy = {0: (_a([0, 60]), _a([10, 100])), 1: (_a([1000, 1090]), _a([1010, 1100]))}
+    ready = {0: (_a([20]), _a([60])), 1: (_a([1020]), _a([1090]))}
+    res = blame(2, {0: (0, 100), 1: (1000, 1100)}, busy, _a([0]), _a([100]), _a([1]), _a([0]), ready=ready)
+    assert res.skipped == {}
+    assert res.meta()["devices"]["0"]["queued"] == 40 and res.meta()["devices"]["1"]["queued"] == 70
+    assert res.per_node.tolist() == [0, 10] and res.meta()["devices"]["1"]["unattributed"] == 10
+
+
+def test_blame_without_nodes():
+    """A tree of no nodes: every host interval is on an unknown node; the idle is unattributed."""
+    res = blame(0, {0: (0, 100)}, {0: (_a([0]), _a([10]))}, _a([10]), _a([90]), _a([0]), _a([0]))
+    assert res.per_node.tolist() == [] and (res.host, res.sync) == (0, 0)
+    assert res.skipped == {idle.UNKNOWN_NODE: 1} and res.totals()["unattributed"] == 90

@@ -133,3 +133,23 @@ def test_trace_without_memory_events_has_no_memory_meta():
     prof = import_traces(os.path.join(DATA, "copies.pt.trace.json.gz"))
     assert "memory" not in prof.meta
     assert not prof.cct.inclusive[0, COL["alloc_bytes"]]
+
+
+def test_the_recording_begins_at_its_first_event_on_the_host_or_the_gpu(tmp_path):
+    """A kernel at 3 µs, before the first host span (10 µs): the recording began with it, so an
+    allocation at 5 µs is in it (no span around it), not from before it; one at 2 µs is."""
+    mib = 1 << 20
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 1,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 40, "dur": 1,
+         "args": {"device": 0, "stream": 7, "correlation": 2}},
+        _mem_event(2, 100, mib, mib),
+        _mem_event(5, 200, 2 * mib, 3 * mib),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 10, "dur": 10},
+    ]
+    prof = import_traces(_trace(tmp_path, events))
+    exc = prof.cct.exclusive
+    assert exc[row(prof, f"<unattributed: {BEFORE_RECORDING}>"), COL["peak_bytes"]] == mib
+    outside = row(prof, "<unattributed: memory outside any op>")
+    assert exc[outside, COL["alloc_bytes"]] == exc[outside, COL["peak_bytes"]] == 2 * mib
