@@ -63,7 +63,7 @@ REGISTRY = (
     # each by why the warp was not issuing then (PC_STALLS below; `pc_issued`: it was). They add
     # up: pc_samples = pc_issued + the stall_* columns, per node.
     Metric("pc_samples", "count", "GPU PC samples", False),
-    Metric("pc_issued", "count", "PC samples, warp issuing", False),
+    Metric("pc_issued", "count", "issuing, not stalled", False),
     Metric("stall_long_scoreboard", "count", "stalled, global memory", False),
     Metric("stall_lg_throttle", "count", "stalled, memory queue full", False),
     Metric("stall_short_scoreboard", "count", "stalled, shared memory", False),

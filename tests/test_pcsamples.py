@@ -232,3 +232,58 @@ def test_shares_keep_the_parts_adding_up() -> None:
         s = keep_families(split_int(v, w), v, w)
         assert np.array_equal(s.sum(axis=0), v) and (s >= 0).all()
         assert np.array_equal(s[:, [COL[p] for p in PC_PARTS]].sum(axis=1), s[:, COL["pc_samples"]])
+
+
+def test_the_detail_pane_shows_a_lines_stalls(prof: dlpt.Profile) -> None:
+    """`dlpt view`, the memory loop's line inside the kernel selected: its samples split by
+    reason, largest first, and what they say (the shares by hand from its node's columns)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from dlpt.viewers.tui import DlptApp
+    from dlpt.viewers.tui.detail import build_detail, render_detail
+
+    async def run() -> tuple[str, np.ndarray]:
+        app = DlptApp(profile=prof, metric="pc_samples")
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause()
+                if app.outline is not None and app.variant is not None and not app.busy:
+                    break
+            src = app.outline.rows
+            tree = app.variant.profile.cct  # the tree the view shows (library frames hidden)
+            key = next(k for k in range(len(tree)) if src.frame(k).kind == "python"
+                       and src.frame(k).line == TRUTH["mem_line"] and src.frame(k).function == "mixed")
+            d = build_detail(app.variant, src, key, app.view, app.metric)
+            con = Console(width=200, record=True, no_color=True)
+            con.print(render_detail(d))
+            return con.export_text(), tree.inclusive[key]
+
+    text, row = asyncio.run(run())
+    n = int(row[COL["pc_samples"]])
+    ls = round(100 * int(row[COL["stall_long_scoreboard"]]) / n)
+    ns = round(100 * int(row[COL["stall_not_selected"]]) / n)
+    assert f"PC samples (incl) {n:,}: stalled, global memory {ls}% · ready, not selected {ns}%" in text
+    assert "→ memory-bound" in text
+
+
+def test_hotspots_carry_each_lines_stalls(tmp_path: Path, prof: dlpt.Profile) -> None:
+    """`dlpt export -f hotspots --metric pc_samples`: the schema stays /2 with a `pc_sampling`
+    object per hotspot, its figures the line's own columns (flat by line, by hand here)."""
+    out = tmp_path / "hot.json"
+    r = subprocess.run([sys.executable, "-m", "dlpt", "export", str(TRITON), "-f", "hotspots", "--metric",
+                        "pc_samples", "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "dlpt.hotspots/2"
+    first = doc["hotspots"][0]
+    assert (first["line"], first["function"]) == (TRUTH["mem_line"], "mixed")
+    mem = [i for i in range(len(prof.cct)) if prof.frame_of(i).kind == "python"
+           and prof.frame_of(i).function == "mixed" and prof.frame_of(i).line == TRUTH["mem_line"]]
+    own = prof.cct.exclusive[mem].sum(axis=0)
+    pc = first["pc_sampling"]
+    assert first["pc_samples"] == pc["samples"]  # the ranked metric's own field stays a number
+    assert pc["samples"] == int(own[COL["pc_samples"]]) == pc["issued"] + sum(pc["stalls"].values())
+    assert pc["stalls"]["long_scoreboard"] == int(own[COL["stall_long_scoreboard"]])
+    assert pc["limiter"] == "memory-bound"

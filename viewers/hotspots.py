@@ -15,11 +15,12 @@ import numpy as np
 from dlpt.errors import DlptError
 from dlpt.findings import findings
 from dlpt.frames import ACTIVITY_KINDS
-from dlpt.metrics import COL, COPY_KINDS, COUNT_METRICS, METRICS, metric_column, metric_unit
+from dlpt.metrics import COL, COPY_KINDS, COUNT_METRICS, METRICS, PC_PARTS, metric_column, metric_unit
 from dlpt.phases import ALL, phase_figures
 from dlpt.profile import Profile, default_metric
 from dlpt.ranks import judged_straggler, rank_totals, rank_values, ranks_without_gpu
 from dlpt.scope import Scope
+from dlpt.stalls import limiter
 from dlpt.views import flat, node_flags
 from dlpt.waits import memory_peak, waits
 
@@ -133,6 +134,15 @@ def hotspots(profile: Profile, metric: str | None = None, top: int = 20,
     return hotspots_document(Scope(include_library, include_compile).apply(profile), metric, top)
 
 
+def pc_fields(row: np.ndarray) -> dict[str, Any]:
+    """A hotspot's PC samples (`dlpt record --pc-samples`): the count, the issued ones, each
+    stall part by its metric's name without `stall_`, and what limits it (dlpt.stalls)."""
+    lim = limiter(row)
+    return {"samples": int(row[COL["pc_samples"]]), "issued": int(row[COL["pc_issued"]]),
+            "stalls": {m[len("stall_"):]: int(row[COL[m]]) for m in PC_PARTS if m.startswith("stall_")},
+            "limiter": lim[0].name if lim else None}
+
+
 def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -> dict[str, Any]:
     """The hotspots document for a profile already in its command's `Scope`."""
     profile = view
@@ -163,6 +173,7 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
             acc = kern[g].setdefault(name, [0, 0])
             acc[0] += int(cct.exclusive[i, COL["gpu_time"]])
             acc[1] += int(cct.exclusive[i, count_cols].sum())
+    has_pc = bool(cct.exclusive[:, COL["pc_samples"]].any())
     out = []
     for position, g in enumerate(rows, 1):
         fr = fv.frame[g]
@@ -184,6 +195,8 @@ def hotspots_document(view: Profile, metric: str | None = None, top: int = 20) -
             **({metric: _value(int(row[col]), metric)} if metric not in ("gpu_time", "kernel_time",
                                                                           "memset_time", "cpu_time") else {}),
         })
+        if has_pc:
+            out[-1]["pc_sampling"] = pc_fields(row)
         if spread is not None:
             out[-1]["per_rank"] = {str(r): _value(int(v), metric) for r, v in zip(spread[0], spread[1][g].tolist())}
     meta = profile.meta

@@ -12,8 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dlpt.frames import FUSED_PREFIX, Frame, is_library, short_path
-from dlpt.metrics import COL, KIND_BREAKDOWN
+from dlpt.metrics import COL, KIND_BREAKDOWN, METRIC, PC_METRICS, PC_PARTS
 from dlpt.profile import Profile
+from dlpt.stalls import limiter
 from dlpt.viewers.format import fmt_bandwidth, fmt_bytes, fmt_metric, fmt_time, safe_text, short_kernel_name
 from dlpt.viewers.tui.panedata import ActivityIndex, ActivityRow, LibraryViews, line_totals
 from dlpt.viewers.tui.rows import FlatRows, Rows, TreeRows
@@ -39,6 +40,7 @@ class Detail:
     activities: list[ActivityRow] | None = None
     note: str = ""
     hidden: int = 0  # children the table leaves out for holding none of the metric (rows.Outline)
+    pc: dict[str, int] | None = None  # the row's PC samples and their parts (`--pc-samples`), as `primary`
 
 
 def build_detail(v: LibraryViews, src: Rows, key: int, view: str, metric: str) -> Detail:
@@ -73,7 +75,8 @@ def build_detail(v: LibraryViews, src: Rows, key: int, view: str, metric: str) -
         text = v.profile.sources.get(frame.file)
         if text is not None and v.by_line is not None:
             lines = line_totals(v.by_line, frame.file)
-    return Detail(frame=frame, view=view, metric=metric,
+    pc = {m: int(src.primary(k1, COL[m])[0]) for m in PC_METRICS}
+    return Detail(frame=frame, view=view, metric=metric, pc=pc if pc["pc_samples"] else None,
                   primary=(src.primary_name, int(src.primary(k1, col)[0])),
                   secondary=(src.secondary_name, int(src.secondary(k1, col)[0])),
                   total=src.total(col), breakdown=breakdown, path=path, file_text=text, lines=lines,
@@ -103,6 +106,8 @@ def render_detail(d: Detail) -> RenderableType:
     br = [f"{name} {fmt_time(v)}" for name, v in d.breakdown.items() if v]
     if br:
         parts.append(Text("GPU " + " · ".join(br)))
+    if d.pc:
+        parts.append(stall_text(d.pc, d.primary[0]))
     if d.note:
         parts.append(Text(d.note, style="italic"))
     if d.hidden:
@@ -161,6 +166,23 @@ def _source(d: Detail) -> RenderableType:
         out.append(safe_text(lines[ln - 1].rstrip()), style=style)
         if ln < hi:
             out.append("\n")
+    return out
+
+
+def stall_text(pc: dict[str, int], scope: str) -> Text:
+    """`PC samples (total) 110,873: stalled, global memory 62% · ready, not selected 27% · ...`,
+    the parts of at least 1% largest first, then what the stalls say (dlpt.stalls.limiter)."""
+    n = pc["pc_samples"]
+    out = Text()
+    out.append(f"PC samples ({scope}) {n:,}: ", style="bold")
+    parts = sorted(((pc[m], m) for m in PC_PARTS if pc[m] * 100 >= n), reverse=True)
+    out.append(" · ".join(f"{METRIC[m].about} {100 * v / n:.0f}%" for v, m in parts))
+    row = np.zeros(len(COL), dtype=np.int64)
+    for m, v in pc.items():
+        row[COL[m]] = v
+    lim = limiter(row)
+    if lim is not None:
+        out.append(f"\n→ {lim[0].name}: {lim[0].advice}", style="italic")
     return out
 
 
