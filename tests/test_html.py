@@ -328,3 +328,35 @@ def test_names_wrap_between_words_and_the_diff_page_has_no_source_pane(browser, 
     assert b.eval("document.getElementById('source-box').getClientRects().length") == 0
     assert b.eval("document.getElementById('diff-box').getClientRects().length") > 0
     assert b.errors() == []
+
+
+def test_stall_bars_beside_a_kernels_lines(browser, tmp_path):
+    """A `--pc-samples` recording (H200, tests/data/gpu_pc_triton.dlpt): the kernel's memory-loop
+    line selected in the table, the source pane draws its samples by reason as one bar, each
+    part as wide as its share of the line's samples (the shares by hand from the flat view)."""
+    from dlpt.metrics import COL, PC_PARTS
+    from dlpt.views import flat
+
+    src = Path(__file__).parent / "data" / "gpu_pc_triton.dlpt"
+    page = tmp_path / "pc.html"
+    r = dlpt("export", str(src), "-f", "html", "--metric", "pc_samples", "-o", str(page))
+    assert r.returncode == 0, r.stderr
+    prof = open_profiles([str(src)])
+    fv = flat(shown(prof), "line")
+    (g,) = [g for g, fr in enumerate(fv.frame) if fr.function == "mixed" and fr.line == 34]
+    row = fv.inclusive[g]
+    want = {m: 60 * int(row[COL[m]]) / int(row[COL["pc_samples"]]) for m in PC_PARTS if row[COL[m]]}
+    b = browser
+    _open(b, page)
+    b.eval("""Array.from(document.querySelectorAll('#table tbody tr'))
+        .find(tr => tr.querySelector('td.name').textContent.includes(':34 mixed')).click()""")
+    time.sleep(0.3)
+    got = b.eval("""Object.fromEntries(Array.from(document.querySelectorAll('#source .src.hot .stalls i'))
+        .map(i => [i.dataset.part, i.getBoundingClientRect().width]))""")
+    assert set(got) == set(want)
+    assert all(abs(got[m] - want[m]) < 0.6 for m in want), (got, want)
+    title = b.eval("document.querySelector('#source .src.hot .stalls').title")
+    n = int(row[COL["pc_samples"]])
+    share = f"{100 * int(row[COL['stall_long_scoreboard']]) / n:.0f}%"
+    assert title.startswith(f"PC samples {n:,}: ") and f"stalled, global memory {share}" in title
+    assert b.errors() == []

@@ -159,7 +159,7 @@ function selectSource(file, line) {
   const k = DATA.metrics.findIndex((x) => x.name === state.metric), unit = unitOf(state.metric);
   const figs = {};
   let max = 0;
-  for (const [ln, self, tot] of view().margin[file] || []) { figs[ln] = [self[k], tot[k]]; max = Math.max(max, tot[k]); }
+  for (const [ln, self, tot] of view().margin[file] || []) { figs[ln] = [self[k], tot[k], tot]; max = Math.max(max, tot[k]); }
   const lines = text.split("\n");
   const lo = Math.max(1, line - 40), hi = Math.min(lines.length, line + 40);
   let hot = null;
@@ -168,6 +168,7 @@ function selectSource(file, line) {
     const fig = el("span", f && f[1] ? fmt(unit, f[1]) + (f[0] && f[0] !== f[1] ? " (self " + fmt(unit, f[0]) + ")" : "") : "", "fig");
     if (f && f[1] && max) { const b = el("span", null, "bar"); b.style.width = Math.max(1, Math.round(30 * f[1] / max)) + "px"; fig.prepend(b); }
     row.appendChild(fig);
+    if (f) row.appendChild(stallBar(f[2]));
     row.appendChild(el("span", n, "no"));
     row.appendChild(el("span", lines[n - 1]));
     box.appendChild(row);
@@ -175,6 +176,28 @@ function selectSource(file, line) {
   }
   // Scroll the pane only, never the page.
   if (hot) box.parentNode.scrollTop = hot.offsetTop - box.parentNode.offsetTop - box.parentNode.clientHeight / 2;
+}
+
+// A line's PC samples by reason (`dlpt record --pc-samples`), as one stacked bar: each part's
+// width its share of the line's samples, its name and share in the tooltip. Empty without samples.
+const STALL_COLORS = ["#2ca02c", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#1f77b4", "#e377c2", "#7f7f7f",
+  "#bcbd22", "#17becf", "#aec7e8", "#c5b0d5"];
+function stallBar(tot) {
+  const box = el("span", null, "stalls");
+  const at = DATA.metrics.findIndex((x) => x.name === "pc_samples"), n = at >= 0 ? tot[at] : 0;
+  if (!n) return box;
+  const tips = [];
+  DATA.metrics.forEach((x, i) => {
+    if (!(x.name === "pc_issued" || x.name.startsWith("stall_")) || !tot[i]) return;
+    const seg = el("i");
+    seg.style.width = (60 * tot[i] / n).toFixed(1) + "px";
+    seg.style.background = STALL_COLORS[tips.length % STALL_COLORS.length];
+    seg.dataset.part = x.name;
+    box.appendChild(seg);
+    tips.push(x.about + " " + (100 * tot[i] / n).toFixed(0) + "%");
+  });
+  box.title = "PC samples " + n.toLocaleString() + ": " + tips.join(" · ");
+  return box;
 }
 
 // ---- timeline -------------------------------------------------------------------------------
