@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from dlpt.evidence import SHORT_KERNEL_NS, Evidence, column, evidence
-from dlpt.frames import is_library, short_path
+from dlpt.evidence import SHORT_KERNEL_NS, Evidence, Lines, column, evidence
+from dlpt.frames import is_library, short_kernel_name, short_path
 from dlpt.metrics import COL, HTOD, fmt_time
 from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
+from dlpt.stalls import kernel_samples, limiter
 from dlpt.transforms import hide_library
 from dlpt.views import flat
 from dlpt.waits import rank_window
@@ -472,6 +473,28 @@ def rank_wait(e: Evidence) -> Finding | None:
         share, e.of)
 
 
+def kernel_stalls(e: Evidence) -> Finding | None:
+    """`--pc-samples`: the kernel with the most PC samples, what its stalls say (dlpt.stalls),
+    on its own source lines (else the lines that launched it). Its share: its kernel time's."""
+    p = e.steady if e.steady.cct.exclusive[:, COL["pc_samples"]].any() else e.whole
+    hot = kernel_samples(p)
+    lim = limiter(hot[0][1]) if hot else None
+    if lim is None:
+        return None
+    name, row = hot[0]
+    group, part = lim
+    cct, mask = p.cct, np.zeros(len(p.cct), dtype=bool)
+    for i in np.flatnonzero(np.array([f.kind == "kernel" and f.name == name for f in p.frames])[cct.frame]).tolist():
+        mask[i:int(cct.end[i])] = True
+    lines = Lines(p)
+    top = lines.top(lines.sums(np.where(mask, column(p, "pc_samples"), 0).astype(np.float64)))
+    # Of the steady state's device time, as the other rules' shares (its busy time only).
+    share = e.split.share(int(row[COL["gpu_time"]])) if p is e.steady else None
+    stalls = ", ".join(m[len("stall_"):].replace("_", " ") for m in group.parts if row[COL[m]])
+    return Finding("kernel-stalls", top, f"{short_kernel_name(name, 60)}: {group.name}, {part:.0%} of its "
+                   f"{int(row[COL['pc_samples']]):,} PC samples ({stalls})", group.advice, share, e.of)
+
+
 RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (
     ("launch-bound", launch_bound),
     ("host-bound", host_bound),
@@ -481,6 +504,7 @@ RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (
     ("gpu-bound", gpu_bound),
     ("rank-wait", rank_wait),
     ("compile", compile_time),
+    ("kernel-stalls", kernel_stalls),
 )
 
 

@@ -287,3 +287,16 @@ def test_hotspots_carry_each_lines_stalls(tmp_path: Path, prof: dlpt.Profile) ->
     assert pc["samples"] == int(own[COL["pc_samples"]]) == pc["issued"] + sum(pc["stalls"].values())
     assert pc["stalls"]["long_scoreboard"] == int(own[COL["stall_long_scoreboard"]])
     assert pc["limiter"] == "memory-bound"
+
+
+def test_the_diagnosis_names_the_hot_kernels_limiter(prof: dlpt.Profile) -> None:
+    from dlpt.findings import findings
+
+    (f,) = [f for f in findings(prof) if f.rule == "kernel-stalls"]
+    assert f.lines[0].endswith(f"pc_triton.py:{TRUTH['mem_line']}")  # its own line, the costliest
+    assert f.figure.startswith("mixed: memory-bound, 61% of its 2,665,276 PC samples (long scoreboard")
+    assert "fuse" in f.remedy
+    # Of the steady state's device time: 23 ms of kernels in a window of about a second (2%).
+    assert f.share is not None and 0.005 < f.share < 0.05
+    other = dlpt.load(str(DATA / "gpu_nanogpt_b8.dlpt"))
+    assert not [f for f in findings(other) if f.rule == "kernel-stalls"]  # no samples, no verdict
