@@ -338,18 +338,20 @@ def test_stall_bars_beside_a_kernels_lines(browser, tmp_path):
     from dlpt.views import flat
 
     src = Path(__file__).parent / "data" / "gpu_pc_triton.dlpt"
+    mem_line = json.loads((Path(__file__).parent / "data" / "gpu_pc_triton.json").read_text())["mem_line"]
     page = tmp_path / "pc.html"
     r = dlpt("export", str(src), "-f", "html", "--metric", "pc_samples", "-o", str(page))
     assert r.returncode == 0, r.stderr
     prof = open_profiles([str(src)])
     fv = flat(shown(prof), "line")
-    (g,) = [g for g, fr in enumerate(fv.frame) if fr.function == "mixed" and fr.line == 34]
+    (g,) = [g for g, fr in enumerate(fv.frame) if fr.function == "mixed" and fr.line == mem_line]
     row = fv.inclusive[g]
     want = {m: 60 * int(row[COL[m]]) / int(row[COL["pc_samples"]]) for m in PC_PARTS if row[COL[m]]}
     b = browser
     _open(b, page)
     b.eval("""Array.from(document.querySelectorAll('#table tbody tr'))
-        .find(tr => tr.querySelector('td.name').textContent.includes(':34 mixed')).click()""")
+        .find(tr => tr.querySelector('td.name').textContent.includes(':' + arguments_line + ' mixed')).click()"""
+           .replace("arguments_line", json.dumps(str(mem_line))))
     time.sleep(0.3)
     got = b.eval("""Object.fromEntries(Array.from(document.querySelectorAll('#source .src.hot .stalls i'))
         .map(i => [i.dataset.part, i.getBoundingClientRect().width]))""")

@@ -34,6 +34,36 @@ def prof() -> dlpt.Profile:
     return dlpt.load(str(TRITON))
 
 
+def mixed_samples(prof: dlpt.Profile) -> int:
+    """The samples of kernel `mixed`: its leaves' inclusive count, its own lines' included."""
+    return sum(int(prof.cct.inclusive[i, COL["pc_samples"]]) for i in range(len(prof.cct))
+               if prof.frame_of(i).kind == "kernel" and prof.frame_of(i).name == "mixed")
+
+
+def line_samples(prof: dlpt.Profile) -> dict[int, int]:
+    """Samples on each of `mixed`'s own source lines, over every line that launched it."""
+    out: dict[int, int] = {}
+    for i in range(len(prof.cct)):
+        f = prof.frame_of(i)
+        if f.kind == "python" and f.function == "mixed" and f.file.endswith("pc_triton.py"):
+            out[f.line] = out.get(f.line, 0) + int(prof.cct.exclusive[i, COL["pc_samples"]])
+    return out
+
+
+def test_the_loops_samples_split_as_their_time(prof: dlpt.Profile) -> None:
+    """The issue's judge: the two loops' samples against their share of the kernel's time, the
+    truth from the GPU's own timer read in the kernel around each loop, in the very launches that
+    were sampled (each block's time in each loop, summed: the program's `timer_math_share`).
+    One wave of blocks, one warp per SM sub-partition: H200 13.20% of samples against 12.91% of
+    time (1.02x). Across several waves the two part (1.55x, docs/BENCHMARKS.md): a sample is one
+    sub-partition's cycle, shared among however many warps it holds then."""
+    by = line_samples(prof)
+    mem = by[TRUTH["mem_line"] - 1] + by[TRUTH["mem_line"]]  # the loop's `for` line and its body
+    math = by[TRUTH["math_line"] - 1] + by[TRUTH["math_line"]]
+    share = math / (mem + math)
+    assert abs(share / TRUTH["timer_math_share"] - 1) < 0.10, (share, TRUTH["timer_math_share"])
+
+
 def test_stall_reasons_by_hand() -> None:
     assert stall_metric(PREFIX + "long_scoreboard") == "stall_long_scoreboard"
     assert stall_metric(PREFIX + "math_pipe_throttle") == "stall_math_pipe"
@@ -60,7 +90,7 @@ def test_parts_add_up_on_every_node(prof: dlpt.Profile) -> None:
     for m in (prof.cct.exclusive, prof.cct.inclusive):
         parts = m[:, [COL[p] for p in PC_PARTS]].sum(axis=1)
         assert np.array_equal(parts, m[:, COL["pc_samples"]])
-    assert int(prof.cct.exclusive[:, COL["pc_samples"]].sum()) == prof.meta.pc_sampling["samples"] == 2_740_632
+    assert int(prof.cct.exclusive[:, COL["pc_samples"]].sum()) == prof.meta.pc_sampling["samples"] > 1_000_000
 
 
 def test_samples_only_on_kernels_and_their_own_lines(prof: dlpt.Profile) -> None:
@@ -97,7 +127,7 @@ def test_the_kernels_lines_hold_its_loops(prof: dlpt.Profile) -> None:
     assert max(stalls, key=lambda p: mem[col[p]]) == "stall_long_scoreboard"
     assert max(PC_PARTS, key=lambda p: math[col[p]]) == "pc_issued"  # its warps issue (FMA chains)
     # Outside: every sample of the kernel sits beneath the one line that launched it.
-    assert launch_lines == {("run", 48)}
+    assert launch_lines == {("run", TRUTH["launch_line"])}
 
 
 def test_limiter_by_hand() -> None:
@@ -165,7 +195,7 @@ def test_report_tells_the_limiter(prof: dlpt.Profile) -> None:
     assert r.returncode == 0, r.stderr
     n = int(prof.cct.exclusive[:, COL["pc_samples"]].sum())
     assert f"PC samples: {n:,}, one per 2,048 cycles" in r.stdout
-    assert "mixed: 2,665,276 samples, memory-bound" in r.stdout
+    assert f"mixed: {mixed_samples(prof):,} samples, memory-bound" in r.stdout
     mem = next(ln for ln in r.stdout.splitlines() if f"pc_triton.py:{TRUTH['mem_line']} mixed" in ln)
     assert "tl.load" in mem  # the kernel's own source, from the profile's snapshot
 
@@ -263,8 +293,9 @@ def test_the_detail_pane_shows_a_lines_stalls(prof: dlpt.Profile) -> None:
     text, row = asyncio.run(run())
     n = int(row[COL["pc_samples"]])
     ls = round(100 * int(row[COL["stall_long_scoreboard"]]) / n)
-    ns = round(100 * int(row[COL["stall_not_selected"]]) / n)
-    assert f"PC samples (incl) {n:,}: stalled, global memory {ls}% · ready, not selected {ns}%" in text
+    wait = round(100 * int(row[COL["stall_wait"]]) / n)
+    # Largest first: on the H200, 88% waiting on global memory, then 6% fixed-latency waits.
+    assert f"PC samples (incl) {n:,}: stalled, global memory {ls}% · stalled, fixed latency {wait}%" in text
     assert "→ memory-bound" in text
 
 
@@ -294,7 +325,10 @@ def test_the_diagnosis_names_the_hot_kernels_limiter(prof: dlpt.Profile) -> None
 
     (f,) = [f for f in findings(prof) if f.rule == "kernel-stalls"]
     assert f.lines[0].endswith(f"pc_triton.py:{TRUTH['mem_line']}")  # its own line, the costliest
-    assert f.figure.startswith("mixed: memory-bound, 61% of its 2,665,276 PC samples (long scoreboard")
+    n = mixed_samples(prof)
+    kern = [i for i in range(len(prof.cct)) if prof.frame_of(i).kind == "kernel" and prof.frame_of(i).name == "mixed"]
+    mem = sum(int(prof.cct.inclusive[i, COL[m]]) for i in kern for m in ("stall_long_scoreboard", "stall_lg_throttle"))
+    assert f.figure.startswith(f"mixed: memory-bound, {mem / n:.0%} of its {n:,} PC samples (long scoreboard")
     assert "fuse" in f.remedy
     # Of the steady state's device time: 23 ms of kernels in a window of about a second (2%).
     assert f.share is not None and 0.005 < f.share < 0.05

@@ -21,7 +21,13 @@ import triton.language as tl
 
 
 @triton.jit
-def mixed(x_ptr, out_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.constexpr, BLOCK: tl.constexpr,
+def _now():
+    # The GPU's nanosecond timer, read where the statement stands (volatile: not moved or merged).
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def mixed(x_ptr, out_ptr, t_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.constexpr, BLOCK: tl.constexpr,
           DO_MEM: tl.constexpr, DO_MATH: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -29,13 +35,20 @@ def mixed(x_ptr, out_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.constexpr, 
     b = tl.zeros([BLOCK], dtype=tl.float32) + 1.0
     c = tl.zeros([BLOCK], dtype=tl.float32) + 2.0
     d = tl.zeros([BLOCK], dtype=tl.float32) + 3.0
+    t0 = _now()
     if DO_MEM:
         for i in range(MEM_ITERS):
             a += tl.load(x_ptr + (offs * 33 + i * 1048573) % n)  # MEM LINE
+    t1 = _now()
     if DO_MATH:
         for _i in range(MATH_ITERS):
             a, b, c, d = a * 1.0001 + b, b * 0.9999 + c, c * 1.0002 + d, d * 0.9998 + a  # MATH LINE
+    t2 = _now()
     tl.store(out_ptr + offs, a + b + c + d)
+    # Each block's time in each loop (its first thread's timer): the in-kernel truth of how the
+    # kernel's warp-time splits between the loops, in the very launches a recording samples.
+    tl.store(t_ptr + pid * 2 + tl.arange(0, 1), tl.full([1], 0, tl.int64) + (t1 - t0))
+    tl.store(t_ptr + pid * 2 + 1 + tl.arange(0, 1), tl.full([1], 0, tl.int64) + (t2 - t1))
 
 
 def line_of(marker: str) -> int:
@@ -43,9 +56,13 @@ def line_of(marker: str) -> int:
     return first + next(i for i, s in enumerate(src) if marker in s)
 
 
+TIMES: dict[str, torch.Tensor] = {}  # per launch variant: each block's (memory, math) loop times
+
+
 def run(x: torch.Tensor, out: torch.Tensor, mem: bool, math: bool, args: argparse.Namespace) -> None:
     grid = (out.numel() // args.block,)
-    mixed[grid](x, out, x.numel(), MEM_ITERS=args.mem_iters, MATH_ITERS=args.math_iters, BLOCK=args.block,
+    t = TIMES.setdefault(f"{mem}{math}", torch.zeros(grid[0] * 2, dtype=torch.int64, device=out.device))
+    mixed[grid](x, out, t, x.numel(), MEM_ITERS=args.mem_iters, MATH_ITERS=args.math_iters, BLOCK=args.block,
                 DO_MEM=mem, DO_MATH=math)
 
 
@@ -98,6 +115,12 @@ def main() -> None:
     if args.proton:
         proton.finalize()
     res["both_ms"] = both
+    # The last launch's blocks: the loops' shares of the kernel's block-time (ns, summed).
+    t = TIMES["TrueTrue"].view(-1, 2).sum(dim=0).tolist()
+    res["timer_ns"] = {"mem": t[0], "math": t[1]}
+    res["timer_math_share"] = t[1] / (t[0] + t[1])
+    res["launch_line"] = next(first + i for src, first in [inspect.getsourcelines(run)]
+                              for i, s in enumerate(src) if "mixed[grid]" in s)
     line = json.dumps(res)
     print(line)
     if args.json:
