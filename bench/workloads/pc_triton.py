@@ -28,13 +28,13 @@ def _now():
 
 @triton.jit
 def mixed(x_ptr, out_ptr, t_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.constexpr, BLOCK: tl.constexpr,
-          DO_MEM: tl.constexpr, DO_MATH: tl.constexpr):
+          DO_MEM: tl.constexpr, DO_MATH: tl.constexpr, MATH_T: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
-    a = tl.zeros([BLOCK], dtype=tl.float32)
-    b = tl.zeros([BLOCK], dtype=tl.float32) + 1.0
-    c = tl.zeros([BLOCK], dtype=tl.float32) + 2.0
-    d = tl.zeros([BLOCK], dtype=tl.float32) + 3.0
+    a = tl.zeros([BLOCK], dtype=MATH_T)
+    b = tl.zeros([BLOCK], dtype=MATH_T) + 1.0
+    c = tl.zeros([BLOCK], dtype=MATH_T) + 2.0
+    d = tl.zeros([BLOCK], dtype=MATH_T) + 3.0
     t0 = _now()
     if DO_MEM:
         for i in range(MEM_ITERS):
@@ -44,7 +44,7 @@ def mixed(x_ptr, out_ptr, t_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.cons
         for _i in range(MATH_ITERS):
             a, b, c, d = a * 1.0001 + b, b * 0.9999 + c, c * 1.0002 + d, d * 0.9998 + a  # MATH LINE
     t2 = _now()
-    tl.store(out_ptr + offs, a + b + c + d)
+    tl.store(out_ptr + offs, (a + b + c + d).to(tl.float32))
     # Each block's time in each loop (its first thread's timer): the in-kernel truth of how the
     # kernel's warp-time splits between the loops, in the very launches a recording samples.
     tl.store(t_ptr + pid * 2 + tl.arange(0, 1), tl.full([1], 0, tl.int64) + (t1 - t0))
@@ -63,7 +63,7 @@ def run(x: torch.Tensor, out: torch.Tensor, mem: bool, math: bool, args: argpars
     grid = (out.numel() // args.block,)
     t = TIMES.setdefault(f"{mem}{math}", torch.zeros(grid[0] * 2, dtype=torch.int64, device=out.device))
     mixed[grid](x, out, t, x.numel(), MEM_ITERS=args.mem_iters, MATH_ITERS=args.math_iters, BLOCK=args.block,
-                DO_MEM=mem, DO_MATH=math)
+                DO_MEM=mem, DO_MATH=math, MATH_T=tl.float64 if args.fp64 else tl.float32)
 
 
 def timed(x: torch.Tensor, out: torch.Tensor, mem: bool, math: bool, args: argparse.Namespace) -> float:
@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--out-elems", type=int, default=1 << 20)
     ap.add_argument("--proton", default="", help="profile the combined kernel's runs under Proton's PC sampling")
     ap.add_argument("--json", default="")
+    ap.add_argument("--fp64", action="store_true", help="the math loop in float64, a pipe of a fraction of FP32's "
+                    "rate on most GPUs: math-pipe-bound where FP32 is issue-bound")
     ap.add_argument("--no-truth", action="store_true", help="run only the combined kernel (a recording's samples "
                     "then are all of it)")
     args = ap.parse_args()
