@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dlpt.evidence import SHORT_KERNEL_NS, Evidence, Lines, column, evidence
-from dlpt.frames import is_library, short_kernel_name, short_path
+from dlpt.evidence import SHORT_KERNEL_NS, Evidence, column, evidence
+from dlpt.finding import Finding
+from dlpt.frames import is_library, short_path
 from dlpt.metrics import COL, HTOD, fmt_time
 from dlpt.phases import COMPILE, STEADY
 from dlpt.profile import Profile
 from dlpt.ranks import MIRROR_MIN_SHARE, rank_nodes, straggler
-from dlpt.stalls import kernel_samples, limiter
+from dlpt.stalls import kernel_stalls
 from dlpt.transforms import hide_library
 from dlpt.views import flat
 from dlpt.waits import rank_window
@@ -65,19 +65,6 @@ _SYNC_OPS = (
      "an op whose output size depends on the data (nonzero, boolean-mask indexing, unique, masked_select)"),
     (("aten::to", "aten::_to_copy", "aten::copy_", "aten::tolist"), ".cpu(), .tolist(), .numpy() or a copy to the host"),
 )
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    lines: list[str] = field(default_factory=list)  # "file:line", the costliest first
-    figure: str = ""  # the profile's figure that crossed the threshold, in words
-    remedy: str = ""
-    share: float | None = None  # the share of `of` this finding explains (0..1)
-    of: str = ""  # "steady state", or "run" (start-up and compile included)
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _of(e: Evidence, part: float) -> str:
@@ -471,28 +458,6 @@ def rank_wait(e: Evidence) -> Finding | None:
         "(equal batch and sequence lengths per rank), move work that one rank does alone (logging, "
         "evaluation, checkpoints, .item()) out of the step, and give slow data loading more workers",
         share, e.of)
-
-
-def kernel_stalls(e: Evidence) -> Finding | None:
-    """`--pc-samples`: the kernel with the most PC samples, what its stalls say (dlpt.stalls),
-    on its own source lines (else the lines that launched it). Its share: its kernel time's."""
-    p = e.steady if e.steady.cct.exclusive[:, COL["pc_samples"]].any() else e.whole
-    hot = kernel_samples(p)
-    lim = limiter(hot[0][1]) if hot else None
-    if lim is None:
-        return None
-    name, row = hot[0]
-    group, part = lim
-    cct, mask = p.cct, np.zeros(len(p.cct), dtype=bool)
-    for i in np.flatnonzero(np.array([f.kind == "kernel" and f.name == name for f in p.frames])[cct.frame]).tolist():
-        mask[i:int(cct.end[i])] = True
-    lines = Lines(p)
-    top = lines.top(lines.sums(np.where(mask, column(p, "pc_samples"), 0).astype(np.float64)))
-    # Of the steady state's device time, as the other rules' shares (its busy time only).
-    share = e.split.share(int(row[COL["gpu_time"]])) if p is e.steady else None
-    stalls = ", ".join(m[len("stall_"):].replace("_", " ") for m in group.parts if row[COL[m]])
-    return Finding("kernel-stalls", top, f"{short_kernel_name(name, 60)}: {group.name}, {part:.0%} of its "
-                   f"{int(row[COL['pc_samples']]):,} PC samples ({stalls})", group.advice, share, e.of)
 
 
 RULES: tuple[tuple[str, Callable[[Evidence], Finding | None]], ...] = (

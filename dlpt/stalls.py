@@ -1,5 +1,6 @@
 """GPU PC samples' stall reasons: CUPTI's names onto the model's metric family (dlpt.metrics,
-`pc_samples`, `pc_issued`, `stall_*`), and what a kernel's dominant stall says to try.
+`pc_samples`, `pc_issued`, `stall_*`), what a kernel's dominant stall says to try, and the
+diagnosis's rule that says it (`kernel_stalls`, one of dlpt/findings.py's RULES).
 
 CUPTI names each reason per GPU architecture as a counter, `smsp__pcsamp_warps_issue_stalled_
 long_scoreboard` and so on (its `..._not_issued` variants are not collected: see
@@ -14,6 +15,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from dlpt.evidence import Evidence, Lines, column
+from dlpt.finding import Finding
+from dlpt.frames import short_kernel_name
 from dlpt.metrics import COL, PC_PARTS
 
 if TYPE_CHECKING:
@@ -98,3 +102,25 @@ def kernel_samples(profile: Profile) -> list[tuple[str, np.ndarray]]:
         if f.kind == "kernel":
             by[f.name] = by.get(f.name, 0) + inc[i]
     return sorted(by.items(), key=lambda kv: -int(kv[1][col]))
+
+
+def kernel_stalls(e: Evidence) -> Finding | None:
+    """`--pc-samples`: the kernel with the most PC samples, what its stalls say (dlpt.stalls),
+    on its own source lines (else the lines that launched it). Its share: its kernel time's."""
+    p = e.steady if e.steady.cct.exclusive[:, COL["pc_samples"]].any() else e.whole
+    hot = kernel_samples(p)
+    lim = limiter(hot[0][1]) if hot else None
+    if lim is None:
+        return None
+    name, row = hot[0]
+    group, part = lim
+    cct, mask = p.cct, np.zeros(len(p.cct), dtype=bool)
+    for i in np.flatnonzero(np.array([f.kind == "kernel" and f.name == name for f in p.frames])[cct.frame]).tolist():
+        mask[i:int(cct.end[i])] = True
+    lines = Lines(p)
+    top = lines.top(lines.sums(np.where(mask, column(p, "pc_samples"), 0).astype(np.float64)))
+    # Of the steady state's device time, as the other rules' shares (its busy time only).
+    share = e.split.share(int(row[COL["gpu_time"]])) if p is e.steady else None
+    stalls = ", ".join(m[len("stall_"):].replace("_", " ") for m in group.parts if row[COL[m]])
+    return Finding("kernel-stalls", top, f"{short_kernel_name(name, 60)}: {group.name}, {part:.0%} of its "
+                   f"{int(row[COL['pc_samples']]):,} PC samples ({stalls})", group.advice, share, e.of)
