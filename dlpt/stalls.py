@@ -18,7 +18,7 @@ import numpy as np
 from dlpt.evidence import Evidence, Lines, column
 from dlpt.finding import Finding
 from dlpt.frames import short_kernel_name
-from dlpt.metrics import COL, PC_PARTS
+from dlpt.metrics import COL
 
 if TYPE_CHECKING:
     from dlpt.profile import Profile
@@ -66,15 +66,6 @@ LIMITERS = (
     Limiter("synchronisation-bound", ("stall_barrier",),
             "fewer barriers or less work between them (block-wide reductions, memory fences)"),
 )
-
-
-def stall_shares(row: np.ndarray) -> dict[str, float]:
-    """Each PC-sample part's share of a node's samples (`row`: one exclusive or inclusive
-    metrics row); {} with no samples."""
-    total = int(row[COL["pc_samples"]])
-    if total <= 0:
-        return {}
-    return {m: int(row[COL[m]]) / total for m in PC_PARTS}
 
 
 def limiter(row: np.ndarray) -> tuple[Limiter, float] | None:

@@ -106,3 +106,32 @@ def dlpt_in_process(*args: str):
         except SystemExit as e:  # argparse's usage errors
             rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return subprocess.CompletedProcess(["dlpt", *args], rc, out.getvalue(), err.getvalue())
+
+
+def detail_text(profile, pick, metric: str | None = None, size: tuple[int, int] = (100, 40)):
+    """`dlpt view` on `profile` (metric `metric`), the detail pane of the first row whose frame
+    `pick(frame)` accepts, rendered as text: (text, the row's inclusive metrics in the tree the
+    view shows, library frames hidden)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from dlpt.viewers.tui import DlptApp
+    from dlpt.viewers.tui.detail import build_detail, render_detail
+
+    async def run():
+        app = DlptApp(profile=profile, metric=metric)
+        async with app.run_test(size=size) as pilot:
+            for _ in range(100):
+                await pilot.pause()
+                if app.outline is not None and app.variant is not None and not app.busy:
+                    break
+            src = app.outline.rows
+            tree = app.variant.profile.cct
+            key = next(k for k in range(len(tree)) if pick(src.frame(k)))
+            d = build_detail(app.variant, src, key, app.view, app.metric)
+            con = Console(width=200, record=True, no_color=True)
+            con.print(render_detail(d))
+            return con.export_text(), tree.inclusive[key]
+
+    return asyncio.run(run())

@@ -627,32 +627,12 @@ def test_recorded_compiled_run_lands_on_marked_lines(compiled):
 
 def test_tui_detail_shows_the_whole_fused_kernel():
     """The TUI's detail pane of a `[fused K]` row says K's full time and every line it spans."""
-    import asyncio
-
-    from rich.console import Console
-
-    from dlpt.viewers.tui import DlptApp
-    from dlpt.viewers.tui.detail import build_detail, render_detail
+    from conftest import detail_text
 
     after = attribute_compiled(build([(CALL + [py(GEN, 50, "call"), kernel("triton_fused_0")], 3_000_000)]),
                                provenance())
     (fused, *_) = nodes_named(after, f"{FUSED_PREFIX}triton_fused_0]")
-
-    async def run() -> str:
-        app = DlptApp(profile=after)
-        async with app.run_test(size=(100, 40)) as pilot:
-            for _ in range(50):
-                await pilot.pause()
-                if app.outline is not None and app.variant is not None and not app.busy:
-                    break
-            src = app.outline.rows
-            key = next(k for k in range(len(after.cct)) if src.frame(k) == after.frame_of(fused))
-            d = build_detail(app.variant, src, key, app.view, app.metric)
-            con = Console(width=200, record=True, no_color=True)
-            con.print(render_detail(d))
-            return con.export_text()
-
-    text = asyncio.run(run())
+    text, _ = detail_text(after, lambda f: f == after.frame_of(fused))
     assert "triton_fused_0" in text and "3.0" in text
     assert all(f"model.py:{ln}" in text for ln in (10, 11, 12))
 

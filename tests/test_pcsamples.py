@@ -267,30 +267,10 @@ def test_shares_keep_the_parts_adding_up() -> None:
 def test_the_detail_pane_shows_a_lines_stalls(prof: dlpt.Profile) -> None:
     """`dlpt view`, the memory loop's line inside the kernel selected: its samples split by
     reason, largest first, and what they say (the shares by hand from its node's columns)."""
-    import asyncio
+    from conftest import detail_text
 
-    from rich.console import Console
-
-    from dlpt.viewers.tui import DlptApp
-    from dlpt.viewers.tui.detail import build_detail, render_detail
-
-    async def run() -> tuple[str, np.ndarray]:
-        app = DlptApp(profile=prof, metric="pc_samples")
-        async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(100):
-                await pilot.pause()
-                if app.outline is not None and app.variant is not None and not app.busy:
-                    break
-            src = app.outline.rows
-            tree = app.variant.profile.cct  # the tree the view shows (library frames hidden)
-            key = next(k for k in range(len(tree)) if src.frame(k).kind == "python"
-                       and src.frame(k).line == TRUTH["mem_line"] and src.frame(k).function == "mixed")
-            d = build_detail(app.variant, src, key, app.view, app.metric)
-            con = Console(width=200, record=True, no_color=True)
-            con.print(render_detail(d))
-            return con.export_text(), tree.inclusive[key]
-
-    text, row = asyncio.run(run())
+    text, row = detail_text(prof, lambda f: f.kind == "python" and f.line == TRUTH["mem_line"] and f.function == "mixed",
+                            metric="pc_samples", size=(120, 40))
     n = int(row[COL["pc_samples"]])
     ls = round(100 * int(row[COL["stall_long_scoreboard"]]) / n)
     wait = round(100 * int(row[COL["stall_wait"]]) / n)
