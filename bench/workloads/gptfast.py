@@ -74,7 +74,7 @@ def main() -> None:
     tp.maybe_init_dist = lambda: None  # type: ignore[attr-defined]
     sys.modules.setdefault("tp", tp)
     sys.argv = [os.path.join(src, "generate.py"), "--checkpoint_path", str(ckpt), *argv]
-    if os.environ.get("GPTFAST_THREADS"):  # each thread's CPU seconds and last CPU, at exit (overhead probes)
+    if os.environ.get("GPTFAST_THREADS") or os.environ.get("GPTFAST_REPLAYS"):
         import atexit
         import importlib.util
         import json
@@ -82,10 +82,52 @@ def main() -> None:
         spec = importlib.util.spec_from_file_location("graph_replay", os.path.join(HERE, "graph_replay.py"))
         gr = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(gr)  # type: ignore[union-attr]
-        threads = gr.threads
-
-        atexit.register(lambda: print("THREADS " + json.dumps(threads()), flush=True))
+        if os.environ.get("GPTFAST_THREADS"):  # each thread's CPU seconds and last CPU, at exit (overhead probes)
+            atexit.register(lambda: print("THREADS " + json.dumps(gr.threads()), flush=True))
+        if os.environ.get("GPTFAST_REPLAYS"):  # each CUDA-graph replay timed on the host and the GPU (overhead probes)
+            _time_replays(torch, gr.py_us)
     runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+def _time_replays(torch, py_us) -> None:  # noqa: ANN001
+    """Time every CUDA-graph replay: its call on the host (perf_counter), its span on the GPU (CUDA
+    events around it) and the GPU's gap from the previous replay's end; the last 1,000 replays'
+    quantiles are printed at exit as `REPLAYS {...}`. The events are the same with or without a
+    profiler, so a profiler's cost shows as a longer call, a longer span, or a longer gap. `py_us`
+    (a pure-Python loop, at start and at exit) is the host's own speed: on the device machines it
+    differs by ~1.6x from process to process (docs/BENCHMARKS.md), so compare like with like."""
+    import atexit
+    import json
+    import time
+
+    graph_cls = torch.cuda.CUDAGraph
+    plain = graph_cls.replay
+    rows: list = []
+    py_start = py_us()
+
+    def replay(self) -> None:  # noqa: ANN001
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        t = time.perf_counter()
+        plain(self)
+        call = time.perf_counter() - t
+        b.record()
+        rows.append((a, b, call))
+
+    graph_cls.replay = replay
+
+    def report() -> None:
+        torch.cuda.synchronize()
+        last = rows[-1000:]
+        q = lambda xs: [round(float(x), 4) for x in __import__("numpy").quantile(xs, [0.1, 0.5, 0.9])]  # noqa: E731
+        span = [a.elapsed_time(b) for a, b, _ in last]
+        gap = [p[1].elapsed_time(c[0]) for p, c in zip(last, last[1:])]
+        call = [c * 1e3 for _, _, c in last]
+        print("REPLAYS " + json.dumps({"n": len(rows), "call_ms": q(call), "span_ms": q(span), "gap_ms": q(gap),
+                                       "sum_span_ms": round(sum(span), 2), "sum_gap_ms": round(sum(gap), 2),
+                                       "py_us": [py_start, py_us()]}), flush=True)
+
+    atexit.register(report)
 
 
 if __name__ == "__main__":
