@@ -1,11 +1,15 @@
 """A Triton kernel of known inside: a memory-bound loop and a math-bound loop on lines of their
-own, for `--pc-samples` (issue #37's judge). Its truth is its own CUDA events: the kernel with
-only the memory loop, with only the math loop, and with both, timed in this run.
+own, for `--pc-samples` (issue #37's judge). Its truth is read inside the kernel, in the very
+launches a recording samples: every block's SM and the GPU's timer around each loop. It gives
+the math loop's share two ways: of summed block time (`timer_math_share`), and as a sampler
+sees it (`sampler_math_share`: each moment on an SM split among the blocks resident then). With
+one warp per SM sub-partition the two agree; across several waves only the second is what PC
+samples measure. CUDA events time the kernel with one loop, the other, and both.
 
     python pc_triton.py [--iters N] [--proton NAME] [--json OUT]
 
 Prints one JSON line: each variant's mean time (ms), the source lines of the two loops' bodies,
-and, with --proton, where Proton's PC-sampling profile was written.
+the in-kernel shares, and, with --proton, where Proton's PC-sampling profile was written.
 """
 
 from __future__ import annotations
@@ -27,8 +31,15 @@ def _now():
 
 
 @triton.jit
+def _smid():
+    # The SM the block runs on, for the sampler's view of the truth (sampler_share).
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def mixed(x_ptr, out_ptr, t_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.constexpr, BLOCK: tl.constexpr,
           DO_MEM: tl.constexpr, DO_MATH: tl.constexpr, MATH_T: tl.constexpr):
+    ts = _now()
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     a = tl.zeros([BLOCK], dtype=MATH_T)
@@ -45,10 +56,18 @@ def mixed(x_ptr, out_ptr, t_ptr, n, MEM_ITERS: tl.constexpr, MATH_ITERS: tl.cons
             a, b, c, d = a * 1.0001 + b, b * 0.9999 + c, c * 1.0002 + d, d * 0.9998 + a  # MATH LINE
     t2 = _now()
     tl.store(out_ptr + offs, (a + b + c + d).to(tl.float32))
-    # Each block's time in each loop (its first thread's timer): the in-kernel truth of how the
-    # kernel's warp-time splits between the loops, in the very launches a recording samples.
-    tl.store(t_ptr + pid * 2 + tl.arange(0, 1), tl.full([1], 0, tl.int64) + (t1 - t0))
-    tl.store(t_ptr + pid * 2 + 1 + tl.arange(0, 1), tl.full([1], 0, tl.int64) + (t2 - t1))
+    te = _now()
+    # Each block's SM and its timer at entry, at each loop's start and end, and at exit (its first
+    # thread's): the in-kernel truth of how the kernel's time splits between the loops, in the
+    # very launches a recording samples.
+    one = tl.arange(0, 1)
+    z = tl.full([1], 0, tl.int64)
+    tl.store(t_ptr + pid * 6 + one, z + _smid().to(tl.int64))
+    tl.store(t_ptr + pid * 6 + 1 + one, z + ts)
+    tl.store(t_ptr + pid * 6 + 2 + one, z + t0)
+    tl.store(t_ptr + pid * 6 + 3 + one, z + t1)
+    tl.store(t_ptr + pid * 6 + 4 + one, z + t2)
+    tl.store(t_ptr + pid * 6 + 5 + one, z + te)
 
 
 def line_of(marker: str) -> int:
@@ -56,12 +75,42 @@ def line_of(marker: str) -> int:
     return first + next(i for i, s in enumerate(src) if marker in s)
 
 
-TIMES: dict[str, torch.Tensor] = {}  # per launch variant: each block's (memory, math) loop times
+TIMES: dict[str, torch.Tensor] = {}  # per launch variant: each block's (SM, entry, loops' bounds, exit)
+
+
+def sampler_share(rows: list[list[int]]) -> float:
+    """The math loop's share of the two loops as a PC sampler sees it. Each sample is one SM's
+    cycle given to one of the warps resident there, so a moment on an SM counts for a loop by the
+    fraction of the SM's resident blocks in it (every block has the same warps). Summed block
+    time (timer_math_share) weighs every block equally instead; the two differ where the loops
+    do not see the same number of blocks beside them (several waves). Rows: (SM, entry, memory
+    loop start, math loop start, math loop end, exit), ns."""
+    import numpy as np
+
+    a = np.asarray(rows, dtype=np.int64)
+    mem = math = 0.0
+    for sm in np.unique(a[:, 0]):
+        b = a[a[:, 0] == sm]
+        # +1/-1 at each bound: blocks resident, in the memory loop, in the math loop.
+        t = np.concatenate([b[:, 1], b[:, 5], b[:, 2], b[:, 3], b[:, 3], b[:, 4]])
+        n = len(b)
+        d = np.zeros((6 * n, 3))
+        d[:n, 0], d[n:2 * n, 0] = 1, -1
+        d[2 * n:3 * n, 1], d[3 * n:4 * n, 1] = 1, -1
+        d[4 * n:5 * n, 2], d[5 * n:, 2] = 1, -1
+        order = np.argsort(t, kind="stable")
+        t, c = t[order], np.cumsum(d[order], axis=0)
+        dt = np.diff(t).astype(float)
+        k = c[:-1, 0]
+        on = k > 0
+        mem += float((dt[on] * c[:-1, 1][on] / k[on]).sum())
+        math += float((dt[on] * c[:-1, 2][on] / k[on]).sum())
+    return math / (mem + math)
 
 
 def run(x: torch.Tensor, out: torch.Tensor, mem: bool, math: bool, args: argparse.Namespace) -> None:
     grid = (out.numel() // args.block,)
-    t = TIMES.setdefault(f"{mem}{math}", torch.zeros(grid[0] * 2, dtype=torch.int64, device=out.device))
+    t = TIMES.setdefault(f"{mem}{math}", torch.zeros(grid[0] * 6, dtype=torch.int64, device=out.device))
     mixed[grid](x, out, t, x.numel(), MEM_ITERS=args.mem_iters, MATH_ITERS=args.math_iters, BLOCK=args.block,
                 DO_MEM=mem, DO_MATH=math, MATH_T=tl.float64 if args.fp64 else tl.float32)
 
@@ -117,10 +166,14 @@ def main() -> None:
     if args.proton:
         proton.finalize()
     res["both_ms"] = both
-    # The last launch's blocks: the loops' shares of the kernel's block-time (ns, summed).
-    t = TIMES["TrueTrue"].view(-1, 2).sum(dim=0).tolist()
+    # The last launch's blocks: the loops' shares of the kernel's block-time (ns, summed), and as
+    # a sampler sees it (sampler_share).
+    rows = TIMES["TrueTrue"].view(-1, 6).tolist()
+    t = [sum(r[3] - r[2] for r in rows), sum(r[4] - r[3] for r in rows)]
     res["timer_ns"] = {"mem": t[0], "math": t[1]}
     res["timer_math_share"] = t[1] / (t[0] + t[1])
+    res["sampler_math_share"] = sampler_share(rows)
+    res["blocks_per_sm"] = len(rows) / len({r[0] for r in rows})
     res["launch_line"] = next(first + i for src, first in [inspect.getsourcelines(run)]
                               for i, s in enumerate(src) if "mixed[grid]" in s)
     line = json.dumps(res)
