@@ -55,6 +55,8 @@ CASES: dict[str, Case] = {
     "gpu-compiled": Case("gpu_compiled", "gpu_compiled", "the eager run; compile without provenance",
                          "torch.compile'd nanoGPT and own models: GPU time on model lines"),
     "trainer": Case("gpu_trainer", "gpu_trainer", "unprofiled", "HF Trainer under dlpt record, N times", 150),
+    "programs": Case("programs", "programs", "unprofiled, Proton, torch.profiler (CUDA only; with stacks)",
+                     "real programs' own command lines as whole processes, in turns: their own throughput", 300),
     "verdicts": Case("verdicts", "verdicts", "the programs' own timers (Data meter, tok/s, CUDA events)",
                      "the diagnosis of real programs (gpt-fast, imagenet, nanoGPT, timm, Trainer)", 300),
 }

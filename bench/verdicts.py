@@ -40,11 +40,10 @@ import sys
 from typing import Any
 
 import runlib as rl
+from programs import NANOGPT_ARGS
 
 PROGRAMS = ("gptfast-compile", "gptfast-eager", "imagenet", "nanogpt", "nanogpt-compile", "timm", "trainer",
             "loader-trace", "short")
-NANOGPT_ARGS = ["config/train_shakespeare_char.py", "--max_iters=60", "--eval_interval=1000", "--eval_iters=5",
-                "--log_interval=1", "--always_save_checkpoint=False"]
 _DATA = re.compile(r"Epoch: \[\d+\]\[\s*(\d+)/\d+\].*Data\s+([0-9.]+)")
 _INFER = re.compile(r"Time for inference (\d+): ([0-9.]+) sec total, ([0-9.]+) tokens/sec")
 _COMPILE = re.compile(r"Compilation time: ([0-9.]+) seconds")

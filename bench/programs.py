@@ -1,0 +1,241 @@
+"""What recording costs where users run it: real programs' own command lines as whole processes,
+read by their own throughput (`bench/run.py programs`).
+
+    python bench/run.py programs [--programs NAME,...] [--configs C,...] [--procs N] [--budget S]
+
+Each program runs as its users run it, once per configuration per round, rounds in turns
+(plain, dlpt, Proton, torch.profiler, plain, dlpt, …), so that a machine whose speed drifts
+weighs on every configuration alike. A program's figure is the one it prints itself:
+
+- `gptfast-compile`, `gptfast-eager`: gpt-fast `generate.py` (bench/workloads/gptfast.py: random
+  weights, offline), `--compile` (decode as CUDA-graph replays) or eager; its `Average tokens/sec`.
+- `nanogpt`, `nanogpt-compile`: nanoGPT `train.py` (shakespeare_char), eager and `--compile=True`;
+  the median of its `iter N: … time X ms` over iterations 10-60.
+- `timm`: timm `benchmark.py --model resnet50 --bench train --amp -b 256`; its `samples/sec`.
+- `imagenet`: pytorch/examples imagenet `--dummy -a resnet50 -b 64 -j 8`, Ctrl-C after a fixed
+  time; the median of its per-iteration `Time` meter past the first 10 iterations.
+- `trainer`: a Hugging Face Trainer run (bench/workloads/hf_trainer.py); its median step.
+
+Configurations (`--configs`, `LABEL=MODE[:ENV=V,...]` as the other cases take them; the first
+is the baseline): `plain`; `dlpt` (`dlpt record`); `proton` (`proton -c python`: its Python
+context, the one that names source lines as dlpt does) and `proton-shadow` (its default
+context); `torch.profiler-cuda` (CUDA activities only) and `torch.profiler` (CPU and CUDA, with
+stacks), both wrapped around the unmodified script.
+
+The table gives, per configuration: every process's figure in run order, the median, its ratio
+to the baseline's median (as slowdown: >1 is slower), and the range of each process's ratio to
+that median — the spread a user meets in one run. On the device machines the unprofiled
+programs themselves spread (docs/BENCHMARKS.md: gpt-fast --compile 1,214-1,898 tok/s over 7
+processes), so read a ratio with the baseline's own range beside it. Writes programs.json under
+$OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import runlib as rl
+
+NANOGPT_ARGS = ["config/train_shakespeare_char.py", "--max_iters=60", "--eval_interval=1000", "--eval_iters=5",
+                "--log_interval=1", "--always_save_checkpoint=False"]
+_AVG = re.compile(r"Average tokens/sec: ([0-9.]+)")
+_TIMM = re.compile(r"done\.\s*([0-9.]+) samples/sec")
+_IMAGENET = re.compile(r"Epoch: \[\d+\]\[\s*(\d+)/\d+\]\s+Time\s+([0-9.]+)")
+_TRAINER = re.compile(r"^TRAINER_RESULT (.*)$")
+
+
+@dataclass
+class Program:
+    """A third-party program as its users run it: `command(work)` gives its argv (after the
+    interpreter or the profiler's launcher) and cwd; `figure(result)` reads the one number it
+    prints about its own speed (None: it printed none)."""
+
+    command: Callable[[str], tuple[list[str], str]]
+    figure: Callable[[rl.Result], float | None]
+    unit: str
+    higher_is_better: bool
+    estimate: float  # seconds one unprofiled process takes on the device machine
+    timeout: float = 420
+    interrupt_after: float | None = None
+
+
+def _gptfast(compiled: bool) -> Callable[[str], tuple[list[str], str]]:
+    def command(work: str) -> tuple[list[str], str]:
+        n = "5" if compiled else "3"
+        return ([os.path.join(rl.WORKLOADS, "gptfast.py"), "--prompt", "16", "--num_samples", n,
+                 "--max_new_tokens", "200", *(["--compile"] if compiled else [])], work)
+    return command
+
+
+def _last(pattern: re.Pattern[str], res: rl.Result, stderr: bool = False) -> float | None:
+    lines = res.out_lines + (res.err_lines if stderr else [])
+    found = [float(m.group(1)) for x in lines if (m := pattern.search(x))]
+    return found[-1] if found else None
+
+
+def _nanogpt(compiled: bool) -> Callable[[str], tuple[list[str], str]]:
+    def command(work: str) -> tuple[list[str], str]:
+        nd = os.path.join(work, "nanoGPT")
+        if not os.path.isdir(nd):
+            nd = rl.nanogpt_copy(work)
+        return ["train.py", *NANOGPT_ARGS, f"--compile={compiled}"], nd
+    return command
+
+
+def _nanogpt_step(res: rl.Result) -> float | None:
+    steps = rl.window(rl.nanogpt_iters(res), 10, 60)
+    return statistics.median(steps) if steps else None
+
+
+def _imagenet_step(res: rl.Result) -> float | None:
+    times = [float(m.group(2)) for x in res.out_lines if (m := _IMAGENET.search(x)) and int(m.group(1)) > 10]
+    return 1e3 * statistics.median(times) if times else None
+
+
+def _trainer_step(res: rl.Result) -> float | None:
+    import json
+
+    found = [json.loads(m.group(1)) for x in res.out_lines if (m := _TRAINER.match(x))]
+    return 1e3 * found[-1]["step_s_median"] if found and found[-1].get("step_s_median") else None
+
+
+PROGRAMS: dict[str, Program] = {
+    "gptfast-compile": Program(_gptfast(True), lambda r: _last(_AVG, r), "tok/s", True, 60),
+    "gptfast-eager": Program(_gptfast(False), lambda r: _last(_AVG, r), "tok/s", True, 25),
+    "nanogpt": Program(_nanogpt(False), _nanogpt_step, "ms/iter", False, 30),
+    "nanogpt-compile": Program(_nanogpt(True), _nanogpt_step, "ms/iter", False, 90),
+    "timm": Program(lambda w: ([os.path.join(rl.programs_dir(), "timm_benchmark", "benchmark.py"), "--model",
+                                "resnet50", "--bench", "train", "--amp", "-b", "256", "--num-warm-iter", "5",
+                                "--num-bench-iter", "40"], w),
+                    lambda r: _last(_TIMM, r, stderr=True), "samples/s", True, 45),
+    "imagenet": Program(lambda w: ([os.path.join(rl.programs_dir(), "imagenet", "main.py"), "--dummy", "-a",
+                                    "resnet50", "-b", "64", "-j", "8", "--epochs", "1", "--print-freq", "1",
+                                    "--gpu", "0"], w),
+                        _imagenet_step, "ms/iter", False, 50, timeout=150, interrupt_after=40),
+    "trainer": Program(lambda w: ([os.path.join(rl.WORKLOADS, "hf_trainer.py"), "--steps", "60"], w),
+                       _trainer_step, "ms/step", False, 40),
+}
+
+TORCH_PROFILER_CUDA = rl.TORCH_PROFILER_RUN.replace(
+    "acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])",
+    "acts = [ProfilerActivity.CUDA]").replace("with_stack=True", "with_stack=False")
+
+
+def launcher(mode: str, out: str, work: str) -> list[str]:
+    """The argv before a program's own: how a user starts it under each configuration."""
+    if mode == "plain":
+        return [rl.PY]
+    if mode == "dlpt":
+        return rl.dlpt_record(out)
+    if mode in ("proton", "proton-shadow"):
+        ctx = "python" if mode == "proton" else "shadow"
+        return [rl.PY, "-m", "triton.profiler.proton", "-n", out, "-c", ctx]
+    if mode == "torch.profiler":
+        return [rl.PY, rl.torch_profiler_script(work)]
+    if mode == "torch.profiler-cuda":
+        path = os.path.join(work, "torch_profiler_cuda_run.py")
+        with open(path, "w") as f:
+            f.write(TORCH_PROFILER_CUDA)
+        return [rl.PY, path]
+    raise SystemExit(f"bench/run.py programs: no configuration mode {mode!r}")
+
+
+def ratios(values: list[float], base: float | None, higher_is_better: bool) -> list[float]:
+    """Each figure as a slowdown against the baseline's median (> 1: slower than it)."""
+    if not base:
+        return []
+    return [round(base / v if higher_is_better else v / base, 3) for v in values if v]
+
+
+class Programs:
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.out = rl.out_dir()
+        self.work = rl.work_dir()
+        self.log = rl.log_path(self.out, "programs.log")
+        self.budget = rl.Budget(a.budget)
+        self.configs = rl.parse_configs(a.configs)
+        self.res: dict[str, Any] = {"gpu": rl.gpu_name(), "configs": [c[0] for c in self.configs], "programs": {}}
+        self.tables: list[str] = []
+
+    def one(self, name: str, label: str, mode: str, env: dict[str, str], i: int) -> float | None:
+        p = PROGRAMS[name]
+        argv, cwd = p.command(self.work)
+        out = os.path.join(self.work, f"{name}-{label}-{i}" + (".dlpt" if mode == "dlpt" else ""))
+        r = rl.run([*launcher(mode, out, self.work), *argv], cwd=cwd, timeout=p.timeout, log=self.log, env=env,
+                   interrupt_after=p.interrupt_after)
+        v = p.figure(r)
+        self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, **r.brief()})
+        print(f"  {name} {label} #{i + 1}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)", flush=True)
+        return v
+
+    def program(self, name: str) -> None:
+        p = PROGRAMS[name]
+        got: dict[str, list[float]] = {c[0]: [] for c in self.configs}
+        self.res["programs"][name] = {"unit": p.unit, "higher_is_better": p.higher_is_better, "runs": [],
+                                      "figures": got}
+        if self.a.warm and self.budget.allows(p.estimate * 2):
+            # One untimed plain process first: Inductor's and Triton's caches (and the OS's file
+            # cache) are then as warm for the first timed process as for the last.
+            argv, cwd = p.command(self.work)
+            r = rl.run([rl.PY, *argv], cwd=cwd, timeout=p.timeout, log=self.log, interrupt_after=p.interrupt_after)
+            print(f"  {name} warm-up: {p.figure(r)} {p.unit} (rc {r['rc']}, {r['wall_s']} s, not counted)", flush=True)
+        for i in range(self.a.procs):
+            for label, mode, env in self.configs:
+                # A profiled process takes longer than a plain one: twice the estimate to be safe.
+                if not self.budget.allows(p.estimate * (1 if mode == "plain" else 2)):
+                    print(f"  {name} {label} #{i + 1}: skipped, {self.budget.left():.0f} s left", flush=True)
+                    continue
+                v = self.one(name, label, mode, env, i)
+                if v is not None:
+                    got[label].append(v)
+                rl.write_json(self.out, "programs.json", self.res)
+        base_label = self.configs[0][0]
+        base = statistics.median(got[base_label]) if got[base_label] else None
+        rows = []
+        for label, values in got.items():
+            med = statistics.median(values) if values else None
+            r = ratios(values, base, p.higher_is_better)
+            rows.append([label, len(values), ", ".join(rl.fmt(v) for v in values) or "-", med,
+                         ratios([med], base, p.higher_is_better)[0] if med else None,
+                         f"{min(r)}-{max(r)}" if r else "-"])
+        self.tables.append(rl.table(
+            f"{name}: whole processes, {p.unit} as it prints it ({self.res['gpu']})",
+            ["configuration", "processes", f"each process ({p.unit}, in run order)", "median",
+             f"slowdown vs {base_label} median", "each process's slowdown"], rows))
+        print(self.tables[-1], flush=True)
+
+    def run(self) -> None:
+        for name in self.a.programs.split(","):
+            try:
+                self.program(name)
+            except Exception as e:  # noqa: BLE001 - one program's failure is a line, not the end of the case
+                self.tables.append(f"{name}: failed: {type(e).__name__}: {e}")
+        rl.finish(self.out, "\n\n".join(self.tables), "programs.json", self.log)
+
+
+def programs(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench/run.py programs", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", default="gptfast-compile", help="comma-separated: " + ",".join(PROGRAMS))
+    ap.add_argument("--configs", default="plain,dlpt,proton,torch.profiler-cuda",
+                    help="comma-separated configurations, the first the baseline: plain, dlpt, proton, "
+                         "proton-shadow, torch.profiler-cuda, torch.profiler (LABEL=MODE:ENV=V,... for variants)")
+    ap.add_argument("--procs", type=int, default=3, help="processes per configuration, in turns")
+    ap.add_argument("--budget", type=float, default=540, help="seconds for the whole invocation")
+    ap.add_argument("--no-warm", dest="warm", action="store_false", help="skip the untimed plain process "
+                    "each program runs first")
+    a = ap.parse_args(argv)
+    unknown = set(a.programs.split(",")) - set(PROGRAMS)
+    if unknown:
+        raise SystemExit(f"unknown programs {sorted(unknown)}; known: {','.join(PROGRAMS)}")
+    if not rl.has_gpu():
+        print("programs: no GPU here; the programs need one", file=sys.stderr)
+    Programs(a).run()
