@@ -25,6 +25,8 @@ import sys
 import threading
 from typing import Any
 
+from dlpt.collectors.record.fx_lines import kernel_fx
+
 OUTPUT_CODE = "torch._inductor.output_code"
 TRITON_CODEGEN = "torch._inductor.codegen.triton"
 
@@ -112,6 +114,15 @@ def handle_mix_order_kernels() -> Any:
 
 
 MARK = "dlpt-provenance/3"  # 2: mix-order reduction kernels carry provenance; 3: work weights
+# Set while kernel lines are tagged with their FX nodes (fx_lines.py, `--pc-samples`): a graph
+# compiled without the tags must not be served from the cache to a run that needs them.
+FX_MARK = "+fx-lines"
+marks = {"fx_lines": False}
+
+
+def mark() -> str:
+    """The cache mark of what this recording adds to generated code."""
+    return MARK + (FX_MARK if marks["fx_lines"] else "")
 
 
 def marked_pass(current: Any, before: Any = None) -> Any:
@@ -136,7 +147,7 @@ def marked_pass(current: Any, before: Any = None) -> Any:
                 self.inner(graph)
 
         def uuid(self) -> Any:
-            return (MARK, self.inner.uuid()) if self.inner is not None else MARK
+            return (mark(), self.inner.uuid()) if self.inner is not None else mark()
 
     if current is None or isinstance(current, CustomGraphPass):
         return Marked(current)
@@ -161,6 +172,7 @@ def module_file(graph: Any) -> str:
 # kernel → stack traces map: that map is what the compiled graph (and its FX-graph cache entry)
 # carries, so the weights come back on a cache hit too. No kernel is named like this.
 WEIGHTS_KEY = "dlpt:work"
+FX_KEY = "dlpt:fx"  # beside it: each kernel's FX node names → stack traces (fx_lines.kernel_fx)
 
 # Ops that only make a new view of their input (or pick one of several outputs): no work of
 # their own, whatever their tensors' sizes. Aliasing returns in the schema catch the rest.
@@ -267,9 +279,14 @@ def record_work_weights() -> Any:
             graph = getattr(gm, "graph", None)
             if graph is not None:
                 nodes = {n.name: n for n in graph.nodes}
-                work = kernel_work(getattr(debug, "_inductor_triton_kernel_to_post_grad_node_info", {}), nodes)
+                info = getattr(debug, "_inductor_triton_kernel_to_post_grad_node_info", {})
+                work = kernel_work(info, nodes)
                 if work:
                     debug._inductor_kernel_stack_trace[WEIGHTS_KEY] = [json.dumps(work)]
+                if marks["fx_lines"]:
+                    fx = kernel_fx(info, nodes)
+                    if fx:
+                        debug._inductor_kernel_stack_trace[FX_KEY] = [json.dumps(fx)]
         except Exception:  # noqa: BLE001 - weights are an extra; the compile must go on (even shares then)
             pass
         return out

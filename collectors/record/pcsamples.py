@@ -21,6 +21,7 @@ import numpy as np
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns
+from dlpt.collectors.record.fx_lines import file_tags
 from dlpt.frames import Frame, FrameTable, source_frame
 from dlpt.header import Header
 from dlpt.metrics import ACTIVITY_KIND_INFO, KERNEL
@@ -74,3 +75,22 @@ def add_pc_samples(raw: dict[str, Any] | None, nmap: np.ndarray, names: list[str
         "reasons": reasons,
         **({"error": raw["error"]} if raw.get("error") else {}),
     }
+    fx = _fx_lines(file, line, names)
+    if fx:
+        meta.pc_sampling["fx_lines"] = fx
+
+
+def _fx_lines(file: np.ndarray, line: np.ndarray, names: list[str]) -> dict[str, dict[str, list[str]]]:
+    """{kernel file: {line: FX node names}} of the sampled lines that Inductor wrote under a
+    node's context (fx_lines.py's tags; read now, while the compile cache still holds the files):
+    what lets dlpt.compiled split a fused kernel's samples by the lines they sampled."""
+    wanted: dict[str, set[int]] = {}
+    for f, ln in set(zip(file.tolist(), line.tolist())):
+        if f >= 0 and ln > 0:
+            wanted.setdefault(names[f], set()).add(int(ln))
+    out: dict[str, dict[str, list[str]]] = {}
+    for path, lines in wanted.items():
+        tags = file_tags(path, lines) if path.endswith(".py") else {}
+        if tags:
+            out[path] = {str(k): v for k, v in sorted(tags.items())}
+    return out

@@ -69,13 +69,16 @@ import sys
 import threading
 from typing import Any
 
+from dlpt.collectors.record.fx_lines import tag_kernel_lines
 from dlpt.collectors.record.inductor_hooks import (
+    FX_KEY,
     OUTPUT_CODE,
     TRITON_CODEGEN,
     WEIGHTS_KEY,
     AfterImport,
     handle_mix_order_kernels,
     marked_pass,
+    marks,
     module_file,
     record_work_weights,
 )
@@ -180,6 +183,7 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
     except ValueError:
         raw = {}
     work = _work(raw.get(WEIGHTS_KEY), cwd)
+    fx = _fx(raw.get(FX_KEY), cwd)
     for key in dict.fromkeys(mod.lines.values()):  # in the module's order
         name = key.rsplit(":", 1)[0]
         traces: list[Trace] = []
@@ -190,8 +194,25 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
         w = work.get(key)
         # A trace Inductor lists but no weighed node carries (an extern kernel's view inputs) did no work.
         weights = tuple(w.get(t, 0) for t in traces) if w is not None else None
-        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward, weights)
+        # Each FX node of the kernel → the index of its trace (fx_lines.py: which node wrote a line).
+        node_trace = tuple((n, traces.index(t)) for n, t in fx.get(key, {}).items() if t in traces)
+        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward, weights, node_trace)
     return mod
+
+
+def _fx(entry: Any, cwd: str) -> dict[str, dict[str, Trace]]:
+    """Kernel key → FX node name → parsed trace, from the entry `record_work_weights` added
+    while kernel lines were tagged (`--pc-samples`)."""
+    try:
+        raw = json.loads(entry[0]) if entry else {}
+    except (ValueError, TypeError, IndexError):
+        return {}
+    out: dict[str, dict[str, Trace]] = {}
+    for key, per in raw.items() if isinstance(raw, dict) else ():
+        if isinstance(per, dict):
+            parsed = {str(n): parse_trace(str(t), cwd) for n, t in per.items()}
+            out[key] = {n: t for n, t in parsed.items() if t}
+    return out
 
 
 def _work(entry: Any, cwd: str) -> dict[str, dict[Trace, int]]:
@@ -219,8 +240,12 @@ class ProvenanceRecorder(Provenance):
     plain data. Safe to start when torch.compile is never used: nothing is compiled, nothing is
     collected."""
 
-    def __init__(self, cwd: str | None = None, cpu_kernels: bool = False) -> None:
+    def __init__(self, cwd: str | None = None, cpu_kernels: bool = False, fx_lines: bool = False) -> None:
         super().__init__()
+        # Tag each generated Triton kernel line with the FX nodes that wrote it (fx_lines.py):
+        # for PC samples (`--pc-samples`), which then split by the lines they sampled.
+        self.fx_lines = fx_lines
+        self._untag: Any = None
         # Inductor's C++ kernels are plain calls from the generated code: a recording sees them
         # only with `cpp.enable_kernel_profile`, which runs each inside a RECORD_FUNCTION named
         # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
@@ -274,6 +299,7 @@ class ProvenanceRecorder(Provenance):
             self._saved_cpu = inductor_config.cpp.enable_kernel_profile
             inductor_config.cpp.enable_kernel_profile = True
         self._saved_pass = inductor_config.post_grad_custom_post_pass
+        marks["fx_lines"] = self.fx_lines
         marked = marked_pass(self._saved_pass, self._weigh)
         if marked is not None:
             inductor_config.post_grad_custom_post_pass = marked
@@ -294,7 +320,7 @@ class ProvenanceRecorder(Provenance):
         setattr(CompiledFxGraph, "post_compile", post_compile)  # noqa: B010
         self._weigh()
         if TRITON_CODEGEN in sys.modules:
-            self._unpatch = handle_mix_order_kernels()
+            self._patch_codegen()
         else:
             # Importing it here, inside output_code's own first import, is a circular import;
             # a program on a CPU never imports it at all.
@@ -312,6 +338,8 @@ class ProvenanceRecorder(Provenance):
         self._codegen_done()
         if self._original is not None and self._unpatch is None:
             self._unpatch = handle_mix_order_kernels()
+        if self._original is not None and self.fx_lines and self._untag is None:
+            self._untag = tag_kernel_lines()
 
     def _codegen_done(self) -> None:
         if self._waiting_codegen is not None:
@@ -341,6 +369,10 @@ class ProvenanceRecorder(Provenance):
         if self._unpatch is not None:
             self._unpatch()
             self._unpatch = None
+        if self._untag is not None:
+            self._untag()
+            self._untag = None
+        marks["fx_lines"] = False
         inductor_config.post_grad_custom_post_pass = self._saved_pass
         self._saved_pass = None
         if self._saved_level is not None:

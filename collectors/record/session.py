@@ -98,7 +98,9 @@ class Recorder:
                                        self._thread_names)
         # Inductor's provenance of each generated kernel, so compiled code's kernels land on the
         # model lines they were generated from (on CPU, its C++ kernels become ops to see them).
-        self.provenance = ProvenanceRecorder(cwd=os.getcwd(), cpu_kernels=not self.cuda)
+        # With PC samples, also which FX nodes wrote each Triton kernel line (fx_lines.py).
+        pcs = os.environ.get("DLPT_PC_SAMPLES", "0") not in ("", "0")
+        self.provenance = ProvenanceRecorder(cwd=os.getcwd(), cpu_kernels=not self.cuda, fx_lines=pcs and self.cuda)
         self.attribute = attribute
         # Phases (collectors/record/phases.py): torch.compile's work is told apart as it happens,
         # and the first step ends the warm-up. DLPT_PHASES=0 records one tree, as before phases.

@@ -24,6 +24,8 @@ integers by the largest-remainder rule, so shares sum to the original to the nan
 too: one launch shared by three lines counts 1, 0, 0, so totals stay the launches made); the
 activity rows are split so that each moved leaf's rows still sum to its metrics. The same rule
 serves forward, backward and CUDA-graph replays: they all find their kernel's provenance.
+PC samples beneath a kernel, on its generated lines, follow those lines' own FX nodes instead
+where the recording tagged them (`--pc-samples`; sample_lines.py).
 
 Placement of the context: the stack trace's outermost frame is the compiled function itself
 (a `forward`), which is on the recorded path (dynamo runs its frame); everything above its
@@ -72,6 +74,7 @@ from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.compile_time import AUTOTUNING
 from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
+from dlpt.compiled.sample_lines import Contributions, fx_lines_of, line_weights
 from dlpt.compiled.shares import keep_families, split_activities, split_int
 from dlpt.frames import (
     ACTIVITY_KINDS,
@@ -138,6 +141,11 @@ class _Attributor:
         self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
         # `[fused K]` frame name → kernel key → the weights its shares used (see the docstring)
         self.shares: dict[str, dict[str, dict]] = {}
+        # PC samples by the generated line they hit (sample_lines.py): lines' FX nodes, each
+        # unit's (kernel, trace) per path, and how many sampled lines were split that way.
+        self.fx_lines = fx_lines_of(profile.meta)
+        self._contrib: dict[tuple, Contributions] = {}
+        self.by_line = 0
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -201,9 +209,10 @@ class _Attributor:
         per = [self.weights_of(kp) for kp in kps]
         unit = math.lcm(*(sum(w) for w in per)) if kps else 1
         paths: dict[tuple[int, ...], int] = {}
+        made: dict[tuple[int, ...], list[tuple[KernelProvenance, int]]] = {}
         for kp, ws in zip(kps, per):
             fused = self.frames.intern(fused_frame(kp.name))
-            for trace, w in zip(kp.traces, ws):
+            for t, (trace, w) in enumerate(zip(kp.traces, ws)):
                 if w == 0:
                     continue  # views only: no share, no node
                 cut = _context(anc_frames, trace, kp.backward, region)
@@ -212,8 +221,18 @@ class _Attributor:
                     path.append(self.bwd)
                 path.append(fused)
                 paths[tuple(path)] = paths.get(tuple(path), 0) + w * (unit // sum(ws))
+                made.setdefault(tuple(path), []).append((kp, t))
         hit = self._targets[key] = (list(paths), list(paths.values()))
+        self._contrib[tuple(paths)] = list(made.values())
         return hit
+
+    def sample_weights(self, paths: list[tuple[int, ...]], frame: Frame) -> list[int] | None:
+        """A sampled kernel line's own weights over its unit's paths (sample_lines.py), or None."""
+        names = self.fx_lines.get(frame.file, {}).get(frame.line) if frame.kind == "python" else None
+        contrib = self._contrib.get(tuple(paths)) if names else None
+        ws = line_weights(contrib, names) if contrib is not None and names else None
+        self.by_line += ws is not None
+        return ws
 
     def weights_of(self, kp: KernelProvenance) -> list[int]:
         """Integer weights of kp's traces (reduced by their gcd), work-based where Inductor's
@@ -442,7 +461,7 @@ class _Attributor:
                     continue
                 ups = bases if j == i else placed[parent[j]]
                 placed[j] = [child(q, frame_ids[j]) for q in ups]
-                weights[j] = w
+                weights[j] = (self.fx_lines and j != i and self.sample_weights(paths, frames[frame_ids[j]])) or w
                 first[j] = placed[j][0]
                 if len(ups) > 1:
                     copies[j] = placed[j]
@@ -481,7 +500,8 @@ class _Attributor:
             "units_placed": units - self.without - self.tuned, "units_without_provenance": self.without,
             "autotuning_subtrees": self.tuned,
             "share": "by work: bytes each line's nodes read and write on their own (views 0); even where unknown",
-            "shares": {name: list(e.values()) for name, e in self.shares.items()}})
+            "shares": {name: list(e.values()) for name, e in self.shares.items()},
+            **({"pc_sample_lines_split_by_line": self.by_line} if self.fx_lines else {})})
         return out
 
 

@@ -41,6 +41,14 @@ class KernelProvenance:
     # The work of each trace's nodes (bytes they read and write on their own; views 0), in the
     # order of `traces`; None where Inductor's compile gave none (then shares are even).
     weights: tuple[int, ...] | None = None
+    # (post-grad FX node name, index of its trace in `traces`) for each node of the kernel, where
+    # the recording tagged the kernel's lines with the nodes that wrote them (`--pc-samples`).
+    fx: tuple[tuple[str, int], ...] = ()
+
+    def traces_of(self, names: list[str]) -> set[int]:
+        """The indices of the traces of FX nodes `names` (a generated line's writers)."""
+        want = set(names)
+        return {t for n, t in self.fx if n in want}
 
     def lines(self) -> list[SourceFrame]:
         """The innermost frame of each trace: the lines the kernel was generated from."""
@@ -132,7 +140,8 @@ class Provenance:
         return {"modules": [
             {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
              "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()},
-             "weights": {k: list(p.weights) for k, p in m.kernels.items() if p.weights is not None}}
+             "weights": {k: list(p.weights) for k, p in m.kernels.items() if p.weights is not None},
+             "fx": {k: [list(x) for x in p.fx] for k, p in m.kernels.items() if p.fx}}
             for m in self.modules.values()],
             "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
 
@@ -144,11 +153,14 @@ class Provenance:
             mod = CompiledModule(file=m["file"], backward=bool(m["backward"]),
                                  lines={int(k): v for k, v in m["lines"].items()})
             weights = m.get("weights", {})
+            fx = m.get("fx", {})
             for key, traces in m["kernels"].items():
                 tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
                 w = weights.get(key)
+                nodes = tuple((str(n), int(t)) for n, t in fx.get(key, []) if 0 <= int(t) < len(tr))
                 mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward,
-                                                    tuple(int(x) for x in w) if w is not None and len(w) == len(tr) else None)
+                                                    tuple(int(x) for x in w) if w is not None and len(w) == len(tr) else None,
+                                                    nodes)
             out.modules[mod.file] = mod
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)
