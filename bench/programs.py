@@ -33,6 +33,7 @@ $OUT.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -100,8 +101,6 @@ def _imagenet_step(res: rl.Result) -> float | None:
 
 
 def _trainer_step(res: rl.Result) -> float | None:
-    import json
-
     found = [json.loads(m.group(1)) for x in res.out_lines if (m := _TRAINER.match(x))]
     return 1e3 * found[-1]["step_s_median"] if found and found[-1].get("step_s_median") else None
 
@@ -162,6 +161,7 @@ class Programs:
         self.log = rl.log_path(self.out, "programs.log")
         self.budget = rl.Budget(a.budget)
         self.configs = rl.parse_configs(a.configs)
+        self.env = dict(kv.split("=", 1) for kv in a.env)  # for every configuration alike
         self.res: dict[str, Any] = {"gpu": rl.gpu_name(), "configs": [c[0] for c in self.configs], "programs": {}}
         self.tables: list[str] = []
 
@@ -169,10 +169,16 @@ class Programs:
         p = PROGRAMS[name]
         argv, cwd = p.command(self.work)
         out = os.path.join(self.work, f"{name}-{label}-{i}" + (".dlpt" if mode == "dlpt" else ""))
-        r = rl.run([*launcher(mode, out, self.work), *argv], cwd=cwd, timeout=p.timeout, log=self.log, env=env,
+        r = rl.run([*launcher(mode, out, self.work), *argv], cwd=cwd, timeout=p.timeout, log=self.log,
+                   env={**self.env, **env},
                    interrupt_after=p.interrupt_after)
         v = p.figure(r)
-        self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, **r.brief()})
+        # A driver's own probe lines (bench/workloads/gptfast.py GPTFAST_REPLAYS=1: each CUDA-graph
+        # replay timed by CUDA events) are kept with the run.
+        probes = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in r.out_lines
+                  if x.startswith(("REPLAYS {", "THREADS ["))}
+        self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, **probes,
+                                                   **r.brief()})
         print(f"  {name} {label} #{i + 1}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)", flush=True)
         return v
 
@@ -230,6 +236,8 @@ def programs(argv: list[str]) -> None:
                          "proton-shadow, torch.profiler-cuda, torch.profiler (LABEL=MODE:ENV=V,... for variants)")
     ap.add_argument("--procs", type=int, default=3, help="processes per configuration, in turns")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole invocation")
+    ap.add_argument("--env", action="append", default=[], metavar="K=V",
+                    help="set for every process, e.g. --env GPTFAST_REPLAYS=1 (each replay timed)")
     ap.add_argument("--no-warm", dest="warm", action="store_false", help="skip the untimed plain process "
                     "each program runs first")
     a = ap.parse_args(argv)
