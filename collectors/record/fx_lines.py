@@ -129,8 +129,8 @@ def kernel_fx(node_info: dict[str, list[str]], nodes: dict[str, Any]) -> dict[st
     for key, names in node_info.items():
         per = {}
         for name in names:
-            n = nodes.get(name)
-            st = n.meta.get("stack_trace") if n is not None else None
+            node = nodes.get(name)  # a torch.fx node: its own `meta` dict
+            st = node.meta.get("stack_trace") if node is not None else None
             if st:
                 per[name] = st
         if per:
