@@ -200,6 +200,12 @@ def test_samples_follow_the_lines_they_hit_and_time_keeps_its_work_shares():
     assert _on_model_lines(after, "stall_wait") == {10: 130, 11: 70}
     assert _on_model_lines(after, "gpu_time") == {10: 3000, 11: 1000}  # time: the work shares
     assert after.meta["compiled_provenance"]["pc_sample_lines_split_by_line"] == 2
+    # the TUI's detail pane says which split a PC-sample column shows, and not for time
+    from dlpt.viewers.tui.detail import fused_note
+
+    fused = [i for i in range(len(after.cct)) if after.frame_of(i).name.startswith(FUSED_PREFIX)]
+    assert "split by the generated lines they hit (2 sampled lines" in fused_note(after, fused[0], "pc_samples")
+    assert "PC samples" not in fused_note(after, fused[0], "gpu_time")
     # each sampled kernel line went only where its node's trace points
     for i in range(len(after.cct)):
         f = after.frame_of(i)
