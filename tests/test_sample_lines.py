@@ -42,6 +42,18 @@ def test_a_tag_goes_only_where_a_comment_cannot_change_the_line():
     assert line_names("tmp0 = x") == []
 
 
+def test_a_kernel_the_tags_would_break_is_compiled_without_them():
+    from dlpt.collectors.record.fx_lines import checked
+
+    good = f"def k():\n    tmp0 = x  {TAG} sin\n    return tmp0\n"
+    assert checked(good) == good
+    # a tag inside a string that spans lines (a case tag_line cannot see from one line) breaks
+    # nothing here, but one that lands after a line's continuation would: both come out whole
+    bad = f"def k():\n    tmp0 = x + \\  {TAG} sin\n        1\n    return tmp0  {TAG} add\n"
+    assert checked(bad) == "def k():\n    tmp0 = x + \\\n        1\n    return tmp0\n"
+    assert checked(None) is None and checked("plain = 1\n") == "plain = 1\n"
+
+
 def test_file_tags_reads_the_lines_asked_for(tmp_path):
     f = tmp_path / "k.py"
     f.write_text("import triton\n"  # 1
@@ -87,7 +99,8 @@ def test_the_hook_tags_a_triton_kernels_own_lines_and_is_undone():
     gm = torch.fx.symbolic_trace(lambda x: torch.sin(x) + 1)
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]  # sin, add
     placeholder = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    before = Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"]
+    before = (Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"],
+              TritonKernel.__dict__["codegen_kernel"])
     undo = tag_kernel_lines()
     assert undo is not None
     try:
@@ -105,7 +118,8 @@ def test_the_hook_tags_a_triton_kernels_own_lines_and_is_undone():
             stores = k.stores.getvalue().splitlines()
     finally:
         undo()
-    assert (Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"]) == before
+    assert (Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"],
+            TritonKernel.__dict__["codegen_kernel"]) == before
     assert compute[0].strip() == "xoffset = tl.program_id(0)"
     assert line_names(compute[1]) == [calls[0].name] and "tl_math.sin(tmp0)" in compute[1]
     assert line_names(compute[2]) == []

@@ -26,6 +26,7 @@ cache's key (inductor_hooks.mark), so an untagged cached graph is never served t
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import re
 import threading
@@ -84,7 +85,8 @@ def tag_kernel_lines() -> Any:
     except ImportError:
         return None
     set_node, writeline = Kernel.__dict__.get("set_current_node"), IndentedBuffer.__dict__.get("writeline")
-    if set_node is None or writeline is None:
+    codegen = TritonKernel.__dict__.get("codegen_kernel")
+    if set_node is None or writeline is None or codegen is None:
         return None
 
     @contextlib.contextmanager
@@ -111,15 +113,35 @@ def tag_kernel_lines() -> Any:
                 line = line._new_line(tag_line(line.line, names))
         writeline(self, line)
 
+    def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return checked(codegen(self, *args, **kwargs))
+
     # setattr: replacing Inductor's methods is the hook itself (undone below).
     setattr(Kernel, "set_current_node", set_current_node)  # noqa: B010
     setattr(IndentedBuffer, "writeline", tagged_writeline)  # noqa: B010
+    setattr(TritonKernel, "codegen_kernel", codegen_kernel)  # noqa: B010
 
     def undo() -> None:
         setattr(Kernel, "set_current_node", set_node)  # noqa: B010
         setattr(IndentedBuffer, "writeline", writeline)  # noqa: B010
+        setattr(TritonKernel, "codegen_kernel", codegen)  # noqa: B010
 
     return undo
+
+
+_STRIP = re.compile(r"  " + re.escape(TAG) + r"[\w ,.]*$", re.M)
+
+
+def checked(source: Any) -> Any:
+    """A generated kernel's source, its tags taken out again if with them it is not valid Python:
+    the map is an extra, the program's compile must never fail for it."""
+    if not isinstance(source, str) or TAG not in source:
+        return source
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return _STRIP.sub("", source)
+    return source
 
 
 def kernel_fx(node_info: dict[str, list[str]], nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
