@@ -266,3 +266,36 @@ def test_tagged_recordings_compile_into_cache_entries_of_their_own():
     finally:
         marks["fx_lines"] = False
     assert plain == MARK and tagged != plain and tagged.startswith(MARK)
+
+
+def test_a_line_of_a_fused_chain_splits_by_work_and_other_nodes_lines_stay_apart():
+    # One scheduler node inlined the chain sin → add (model lines 10 and 11, work 3 and 1): its
+    # lines carry both names. A reduction's node (`sum`, model line 12, work 4) wrote line 8.
+    mod = CompiledModule(GEN, False, lines={50: "triton_fused_0:1"})
+    traces = tuple((SourceFrame(MODEL, ln, "forward"),) for ln in (10, 11, 12))
+    mod.kernels = {"triton_fused_0:1": KernelProvenance("triton_fused_0:1", "triton_fused_0", traces, False,
+                                                        (3, 1, 4), (("sin", 0), ("add", 1), ("sum", 2)))}
+    samples = {7: 80, 8: 40, 9: 80}
+    after = attribute_compiled(_profile(samples, 8000, {"7": ["add", "sin"], "8": ["sum"]}), _one(mod))
+    # by hand: line 7's 80 by 3:1 → 60 and 20; line 8's 40 all to line 12; untagged line 9's 80 by
+    # the work 3:1:4 → 30, 10, 40
+    assert _on_model_lines(after, "pc_samples") == {10: 90, 11: 30, 12: 80}
+    assert _on_model_lines(after, "gpu_time") == {10: 3000, 11: 1000, 12: 4000}
+
+
+def test_a_recording_marks_the_cache_while_it_tags_and_a_nested_one_leaves_it_marked():
+    pytest.importorskip("torch._inductor.output_code")
+    from dlpt.collectors.record.inductor_hooks import marks
+    from dlpt.collectors.record.provenance import ProvenanceRecorder
+
+    outer, inner = ProvenanceRecorder(fx_lines=True), ProvenanceRecorder(fx_lines=False)
+    outer.start()
+    try:
+        assert marks["fx_lines"] is True
+        inner.start()  # dlpt.profile inside dlpt record --pc-samples: the outer run still tags
+        assert marks["fx_lines"] is True
+        inner.stop()
+        assert marks["fx_lines"] is True
+    finally:
+        outer.stop()
+    assert marks["fx_lines"] is False

@@ -11,12 +11,20 @@ gets a trailing comment:
 
     tmp3 = tl_math.sin(tmp0)  # dlpt-fx: sin
 
-A comment changes nothing Triton compiles, and the kernel's source file keeps it: the cubin's
-line table leads a sampled instruction to its line, the comment to the FX nodes, and the
+A comment changes no instruction of a kernel, and the kernel's source file keeps it: the
+cubin's line table leads a sampled instruction to its line, the comment to the FX nodes, and the
 provenance map (FX node → stack trace, `kernel_fx`) to the model line. Lines written outside a
-node's context (index arithmetic, loop headers, the signature) get none; their samples keep the
-kernel's work shares. A load shared by several nodes (Inductor emits it once) is tagged with
-the node that first needed it.
+node's context (loop headers, the signature) get none; their samples keep the kernel's work
+shares. A load shared by several nodes (Inductor emits it once) is tagged with the node that
+first needed it, and so is index arithmetic, which Inductor emits when the first node asks.
+
+The resolution is the scheduler node, not the op: a chain of pointwise ops inlined into one
+buffer is one node, and its lines carry every FX name of the chain (dlpt/compiled/sample_lines.py
+splits those by work). What it costs: the tags make kernels of identical code but different FX
+names (the same layer repeated) differ, so Inductor no longer merges them into one kernel; a
+`--pc-samples` recording compiles more kernels than a plain one (its compile cache entries are
+its own anyway, below). Tagging lines by their node's position in the kernel instead of its FX
+names would keep the merging; not done yet.
 
 Only lines that stay valid with a comment appended are tagged: not a line already holding a
 `#` (it may be inside a string), not one continued by a backslash, not one opening or closing a
@@ -139,7 +147,7 @@ def checked(source: Any) -> Any:
         return source
     try:
         ast.parse(source)
-    except SyntaxError:
+    except Exception:  # noqa: BLE001 - SyntaxError, or a RecursionError on a deep expression: untagged then
         return _STRIP.sub("", source)
     return source
 

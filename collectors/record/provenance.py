@@ -78,10 +78,10 @@ from dlpt.collectors.record.inductor_hooks import (
     AfterImport,
     handle_mix_order_kernels,
     marked_pass,
-    marks,
     module_file,
     record_work_weights,
 )
+from dlpt.collectors.record.inductor_hooks import marks as cache_marks
 from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, SourceFrame, Trace
 
 HANDLE_COMMENT = "[Provenance debug handles] "
@@ -246,6 +246,7 @@ class ProvenanceRecorder(Provenance):
         # for PC samples (`--pc-samples`), which then split by the lines they sampled.
         self.fx_lines = fx_lines
         self._untag: Any = None
+        self._saved_mark = False
         # Inductor's C++ kernels are plain calls from the generated code: a recording sees them
         # only with `cpp.enable_kernel_profile`, which runs each inside a RECORD_FUNCTION named
         # `graph_N_<kernel>` (same results; the compile-cache key changes). Worth it where host
@@ -299,7 +300,9 @@ class ProvenanceRecorder(Provenance):
             self._saved_cpu = inductor_config.cpp.enable_kernel_profile
             inductor_config.cpp.enable_kernel_profile = True
         self._saved_pass = inductor_config.post_grad_custom_post_pass
-        marks["fx_lines"] = self.fx_lines
+        # Another recording's tagging (dlpt.profile inside dlpt record) stays marked until it stops.
+        self._saved_mark = cache_marks["fx_lines"]
+        cache_marks["fx_lines"] = self._saved_mark or self.fx_lines
         marked = marked_pass(self._saved_pass, self._weigh)
         if marked is not None:
             inductor_config.post_grad_custom_post_pass = marked
@@ -372,7 +375,7 @@ class ProvenanceRecorder(Provenance):
         if self._untag is not None:
             self._untag()
             self._untag = None
-        marks["fx_lines"] = False
+        cache_marks["fx_lines"] = self._saved_mark
         inductor_config.post_grad_custom_post_pass = self._saved_pass
         self._saved_pass = None
         if self._saved_level is not None:

@@ -209,7 +209,7 @@ class _Attributor:
         per = [self.weights_of(kp) for kp in kps]
         unit = math.lcm(*(sum(w) for w in per)) if kps else 1
         paths: dict[tuple[int, ...], int] = {}
-        made: dict[tuple[int, ...], list[tuple[KernelProvenance, int]]] = {}
+        made: dict[tuple[int, ...], list[tuple[KernelProvenance, int, int]]] = {}
         for kp, ws in zip(kps, per):
             fused = self.frames.intern(fused_frame(kp.name))
             for t, (trace, w) in enumerate(zip(kp.traces, ws)):
@@ -221,7 +221,7 @@ class _Attributor:
                     path.append(self.bwd)
                 path.append(fused)
                 paths[tuple(path)] = paths.get(tuple(path), 0) + w * (unit // sum(ws))
-                made.setdefault(tuple(path), []).append((kp, t))
+                made.setdefault(tuple(path), []).append((kp, t, w * (unit // sum(ws))))
         hit = self._targets[key] = (list(paths), list(paths.values()))
         self._contrib[tuple(paths)] = list(made.values())
         return hit

@@ -5,10 +5,15 @@ from (fused.py). Its PC samples can do better where the recording knows which FX
 line of the generated kernel (`meta.pc_sampling["fx_lines"]`, from the tags
 collectors/record/fx_lines.py puts on the lines while Inductor generates them): a sample on
 line L goes to the model lines of L's nodes, through each node's stack trace
-(`KernelProvenance.fx`). The kernel's time keeps its work shares, so the two splits stand side
-by side on the same rows (`gpu_time` by work, `pc_samples` by the instructions sampled). A
-sampled line no node's context wrote (index arithmetic, loop headers), or whose nodes have no
-trace, keeps the work shares.
+(`KernelProvenance.fx`), in proportion to their work. The kernel's time keeps its work shares,
+so the two splits stand side by side on the same rows (`gpu_time` by work, `pc_samples` by the
+instructions sampled). A sampled line no node's context wrote (loop headers, the signature), or
+whose nodes have no trace, keeps the work shares.
+
+The resolution is Inductor's scheduler node: a chain of pointwise ops inlined into one buffer
+is one node whose lines all carry the whole chain's FX names, so within such a chain samples
+split by work as time does; the lines of different scheduler nodes (a reduction and the
+pointwise ops after it, or several buffers of one kernel) are told apart.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import Any
 
 from dlpt.compiled.provenance import KernelProvenance
 
-# For each target path of a unit, in order: the (kernel, trace index) pairs that made it.
-Contributions = list[list[tuple[KernelProvenance, int]]]
+# For each target path of a unit, in order: the (kernel, trace index, that trace's share of the
+# unit by work) triples that made it.
+Contributions = list[list[tuple[KernelProvenance, int, int]]]
 
 
 def fx_lines_of(meta: Any) -> dict[str, dict[int, list[str]]]:
@@ -34,7 +40,10 @@ def fx_lines_of(meta: Any) -> dict[str, dict[int, list[str]]]:
 
 def line_weights(contrib: Contributions, names: list[str]) -> list[int] | None:
     """Integer weights over a unit's paths for a sample on a line that nodes `names` wrote: each
-    path counts the traces of those nodes it was made from. None where no path has one (the
-    line then keeps the unit's work shares)."""
-    ws = [sum(1 for kp, t in pairs if t in kp.traces_of(names)) for pairs in contrib]
+    path keeps the work share of the traces of those nodes it was made from, and nothing of the
+    others. A line written under a scheduler node that fused a whole chain of ops (all of the
+    chain's FX nodes in its tag) so splits as the work shares do among that chain's lines; lines
+    of different scheduler nodes go to different lines. None where no path has one (the line then
+    keeps the unit's work shares)."""
+    ws = [sum(w for kp, t, w in triples if t in kp.traces_of(names)) for triples in contrib]
     return ws if sum(ws) else None
