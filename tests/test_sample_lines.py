@@ -218,7 +218,8 @@ def test_samples_follow_the_lines_they_hit_and_time_keeps_its_work_shares():
     from dlpt.viewers.tui.detail import fused_note
 
     fused = [i for i in range(len(after.cct)) if after.frame_of(i).name.startswith(FUSED_PREFIX)]
-    assert "split by the generated lines they hit (2 sampled lines" in fused_note(after, fused[0], "pc_samples")
+    note = fused_note(after, fused[0], "pc_samples")
+    assert "split by the generated lines they hit" in note and "(2 sampled lines in this recording)" in note
     assert "PC samples" not in fused_note(after, fused[0], "gpu_time")
     # each sampled kernel line went only where its node's trace points
     for i in range(len(after.cct)):
