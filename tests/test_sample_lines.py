@@ -136,7 +136,9 @@ def test_the_fx_map_rides_the_compiled_graphs_json_and_the_profile():
              "view": type("N", (), {"meta": {}})()}
     fx = kernel_fx({"triton_fused_0:1": ["sin", "add", "view", "gone"]}, nodes)
     assert fx == {"triton_fused_0:1": {"sin": trace(10), "add": trace(11)}}
-    source = "def call(args):\n    # [Provenance debug handles] triton_fused_0:1\n    triton_fused_0.run(a, b)\n"
+    source = (f"# kernel path: {KFILE}\n# Topologically Sorted Source Nodes: [sin, add]\n"
+              "triton_fused_0 = async_compile.triton('triton_fused_0', \'\'\'\nimport triton\n\'\'\', device_str='cuda')\n"
+              "def call(args):\n    # [Provenance debug handles] triton_fused_0:1\n    triton_fused_0.run(a, b)\n")
     traces = {"triton_fused_0:1": [trace(11), trace(10)], FX_KEY: [json.dumps(fx)]}
     mod = compiled_module(GEN, source, json.dumps(traces), False)
     (kp,) = mod.kernels.values()
@@ -145,6 +147,25 @@ def test_the_fx_map_rides_the_compiled_graphs_json_and_the_profile():
     assert kp.traces_of(["sin"]) == {1} and kp.traces_of(["add", "sin"]) == {0, 1} and kp.traces_of(["x"]) == set()
     back = Provenance.from_dict(json.loads(json.dumps(Provenance.to_dict(_one(mod)))))
     assert back.modules[GEN].kernels["triton_fused_0:1"].fx == kp.fx
+    assert kp.source == KFILE and back.modules[GEN].kernels["triton_fused_0:1"].source == KFILE
+
+
+def test_only_the_kernel_whose_file_was_sampled_takes_a_lines_samples():
+    from dlpt.compiled.sample_lines import line_weights
+
+    # A CUDA-graph replay of `triton_fused_0`: two graphs each have one (same name, own file),
+    # both candidates; both have an `add` node, on model lines 10 and 11.
+    tr = lambda ln: ((SourceFrame(MODEL, ln, "forward"),),)  # noqa: E731
+    a = KernelProvenance("triton_fused_0:1", "triton_fused_0", tr(10), fx=(("add", 0),), source="/k/a.py")
+    b = KernelProvenance("triton_fused_0:1", "triton_fused_0", tr(11), fx=(("add", 0),), source="/k/b.py")
+    contrib = [[(a, 0, 5)], [(b, 0, 5)]]  # one path each, equal shares
+    assert line_weights(contrib, ["add"], "/k/a.py") == [5, 0]
+    assert line_weights(contrib, ["add"], "/k/b.py") == [0, 5]
+    assert line_weights(contrib, ["add"], "/k/c.py") is None  # neither: the unit's shares
+    assert line_weights(contrib, ["mul"], "/k/a.py") is None
+    # where a kernel's file is not known, its nodes alone decide
+    c = KernelProvenance("triton_fused_0:1", "triton_fused_0", tr(10), fx=(("add", 0),))
+    assert line_weights([[(c, 0, 5)], [(b, 0, 5)]], ["add"], "/k/a.py") == [5, 0]
 
 
 def _one(mod: CompiledModule) -> Provenance:
@@ -185,11 +206,12 @@ def _profile(samples: dict[int, int], kernel_ns: int, fx_lines: dict[str, list[s
     return Profile(ft.frames, CCT(parent, frame, exc), acts, meta=meta)
 
 
-def _prov(fx: tuple) -> Provenance:
-    """triton_fused_0 from model lines 10 (sin, work 3) and 11 (add, work 1)."""
+def _prov(fx: tuple, source: str = KFILE) -> Provenance:
+    """triton_fused_0 (its source file `source`) from model lines 10 (sin, work 3) and 11 (add, work 1)."""
     mod = CompiledModule(GEN, False, lines={50: "triton_fused_0:1"})
     traces = ((SourceFrame(MODEL, 10, "forward"),), (SourceFrame(MODEL, 11, "forward"),))
-    mod.kernels = {"triton_fused_0:1": KernelProvenance("triton_fused_0:1", "triton_fused_0", traces, False, (3, 1), fx)}
+    mod.kernels = {"triton_fused_0:1": KernelProvenance("triton_fused_0:1", "triton_fused_0", traces, False, (3, 1), fx,
+                                                        source)}
     return _one(mod)
 
 
@@ -231,8 +253,11 @@ def test_samples_follow_the_lines_they_hit_and_time_keeps_its_work_shares():
 
 def test_without_the_map_samples_keep_the_work_shares():
     samples = {7: 100, 8: 60, 9: 40}
-    for fx_lines, fx in ((None, (("sin", 0), ("add", 1))), ({"7": ["sin"], "8": ["add"]}, ())):
-        after = attribute_compiled(_profile(samples, 4000, fx_lines), _prov(fx))
+    sin_add = (("sin", 0), ("add", 1))
+    tags = {"7": ["sin"], "8": ["add"]}
+    # no tags; no FX map; tags and map, but the kernel's own file is not the one sampled
+    for fx_lines, fx, source in ((None, sin_add, KFILE), (tags, (), KFILE), (tags, sin_add, "/tmp/other.py")):
+        after = attribute_compiled(_profile(samples, 4000, fx_lines), _prov(fx, source))
         # 200 samples 3:1: each line's samples split 3:1 and rounded by the largest remainder,
         # line by line (100 → 75/25, 60 → 45/15, 40 → 30/10)
         assert _on_model_lines(after, "pc_samples") == {10: 150, 11: 50}

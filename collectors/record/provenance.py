@@ -172,6 +172,26 @@ def call_lines(source: str) -> dict[int, str]:
 
 
 _EXTRA_ROUND = re.compile(r"^\s*\w+ = workspace_\d+\[")
+_KERNEL_PATH = re.compile(r"^\s*# kernel path: (?P<path>\S+)\s*$")
+_KERNEL_DEF = re.compile(r"^(?P<name>\w+) = async_compile\.triton\(")
+
+
+def kernel_paths(source: str) -> dict[str, str]:
+    """Each Triton kernel's name → its source file, from the `# kernel path:` comment Inductor
+    writes above the kernel's `NAME = async_compile.triton(...)` definition: the file its cubin's
+    line table (and so a PC sample) names."""
+    out: dict[str, str] = {}
+    path = None
+    for ln in source.splitlines():
+        m = _KERNEL_PATH.match(ln)
+        if m:
+            path = m.group("path")
+            continue
+        d = _KERNEL_DEF.match(ln)
+        if d and path is not None:
+            out[d.group("name")] = path
+            path = None
+    return out
 
 
 def compiled_module(file: str, source: str, traces_json: str | None, backward: bool,
@@ -184,6 +204,7 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
         raw = {}
     work = _work(raw.get(WEIGHTS_KEY), cwd)
     fx = _fx(raw.get(FX_KEY), cwd)
+    paths = kernel_paths(source) if fx else {}
     for key in dict.fromkeys(mod.lines.values()):  # in the module's order
         name = key.rsplit(":", 1)[0]
         traces: list[Trace] = []
@@ -196,7 +217,8 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
         weights = tuple(w.get(t, 0) for t in traces) if w is not None else None
         # Each FX node of the kernel → the index of its trace (fx_lines.py: which node wrote a line).
         node_trace = tuple((n, traces.index(t)) for n, t in fx.get(key, {}).items() if t in traces)
-        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward, weights, node_trace)
+        mod.kernels[key] = KernelProvenance(key, name, tuple(traces), backward, weights, node_trace,
+                                            paths.get(name, ""))
     return mod
 
 

@@ -144,7 +144,7 @@ class _Attributor:
         # PC samples by the generated line they hit (sample_lines.py): lines' FX nodes, each
         # unit's (kernel, trace) per path, and how many sampled lines were split that way.
         self.fx_lines = fx_lines_of(profile.meta)
-        self._contrib: dict[tuple, Contributions] = {}
+        self._contrib: dict[int, Contributions] = {}
         self.by_line = 0
 
     def ancestors(self, node: int) -> list[int]:
@@ -223,14 +223,16 @@ class _Attributor:
                 paths[tuple(path)] = paths.get(tuple(path), 0) + w * (unit // sum(ws))
                 made.setdefault(tuple(path), []).append((kp, t, w * (unit // sum(ws))))
         hit = self._targets[key] = (list(paths), list(paths.values()))
-        self._contrib[tuple(paths)] = list(made.values())
+        # Keyed by the path list's identity: the cache holds it for the whole run, and two keys
+        # with the same paths may hold different kernels.
+        self._contrib[id(hit[0])] = list(made.values())
         return hit
 
     def sample_weights(self, paths: list[tuple[int, ...]], frame: Frame) -> list[int] | None:
         """A sampled kernel line's own weights over its unit's paths (sample_lines.py), or None."""
         names = self.fx_lines.get(frame.file, {}).get(frame.line) if frame.kind == "python" else None
-        contrib = self._contrib.get(tuple(paths)) if names else None
-        ws = line_weights(contrib, names) if contrib is not None and names else None
+        contrib = self._contrib.get(id(paths)) if names else None
+        ws = line_weights(contrib, names, frame.file) if contrib is not None and names else None
         self.by_line += ws is not None
         return ws
 

@@ -44,6 +44,7 @@ class KernelProvenance:
     # (post-grad FX node name, index of its trace in `traces`) for each node of the kernel, where
     # the recording tagged the kernel's lines with the nodes that wrote them (`--pc-samples`).
     fx: tuple[tuple[str, int], ...] = ()
+    source: str = ""  # a Triton kernel's own source file (where its PC samples' lines are), if known
 
     def traces_of(self, names: list[str]) -> set[int]:
         """The indices of the traces of FX nodes `names` (a generated line's writers)."""
@@ -141,7 +142,8 @@ class Provenance:
             {"file": m.file, "backward": m.backward, "lines": {str(k): v for k, v in m.lines.items()},
              "kernels": {k: [[list(f) for f in t] for t in p.traces] for k, p in m.kernels.items()},
              "weights": {k: list(p.weights) for k, p in m.kernels.items() if p.weights is not None},
-             "fx": {k: [list(x) for x in p.fx] for k, p in m.kernels.items() if p.fx}}
+             "fx": {k: [list(x) for x in p.fx] for k, p in m.kernels.items() if p.fx},
+             "sources": {k: p.source for k, p in m.kernels.items() if p.source}}
             for m in self.modules.values()],
             "regions": [[cid, bwd, file] for (cid, bwd), file in self.regions.items()]}
 
@@ -154,13 +156,14 @@ class Provenance:
                                  lines={int(k): v for k, v in m["lines"].items()})
             weights = m.get("weights", {})
             fx = m.get("fx", {})
+            sources = m.get("sources", {})
             for key, traces in m["kernels"].items():
                 tr = tuple(tuple(SourceFrame(str(f[0]), int(f[1]), str(f[2])) for f in t) for t in traces)
                 w = weights.get(key)
                 nodes = tuple((str(n), int(t)) for n, t in fx.get(key, []) if 0 <= int(t) < len(tr))
                 mod.kernels[key] = KernelProvenance(key, key.rsplit(":", 1)[0], tr, mod.backward,
                                                     tuple(int(x) for x in w) if w is not None and len(w) == len(tr) else None,
-                                                    nodes)
+                                                    nodes, str(sources.get(key, "")))
             out.modules[mod.file] = mod
         for cid, bwd, file in data.get("regions", []):
             out.regions[(str(cid), bool(bwd))] = str(file)
