@@ -74,7 +74,7 @@ from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.compile_time import AUTOTUNING
 from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
 from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
-from dlpt.compiled.sample_lines import Contributions, fx_lines_of, line_weights
+from dlpt.compiled.sample_lines import SampleLines
 from dlpt.compiled.shares import keep_families, split_activities, split_int
 from dlpt.frames import (
     ACTIVITY_KINDS,
@@ -141,11 +141,7 @@ class _Attributor:
         self.replayed = np.zeros(0, dtype=bool)  # device leaves under CUDA-graph runtime frames
         # `[fused K]` frame name → kernel key → the weights its shares used (see the docstring)
         self.shares: dict[str, dict[str, dict]] = {}
-        # PC samples by the generated line they hit (sample_lines.py): lines' FX nodes, each
-        # unit's (kernel, trace) per path, and how many sampled lines were split that way.
-        self.fx_lines = fx_lines_of(profile.meta)
-        self._contrib: dict[int, Contributions] = {}
-        self.by_line = 0
+        self.samples = SampleLines(profile.meta)  # PC samples by the generated line they hit
 
     def ancestors(self, node: int) -> list[int]:
         """Frame ids from the root's child down to `node`."""
@@ -223,18 +219,8 @@ class _Attributor:
                 paths[tuple(path)] = paths.get(tuple(path), 0) + w * (unit // sum(ws))
                 made.setdefault(tuple(path), []).append((kp, t, w * (unit // sum(ws))))
         hit = self._targets[key] = (list(paths), list(paths.values()))
-        # Keyed by the path list's identity: the cache holds it for the whole run, and two keys
-        # with the same paths may hold different kernels.
-        self._contrib[id(hit[0])] = list(made.values())
+        self.samples.note(hit[0], list(made.values()))
         return hit
-
-    def sample_weights(self, paths: list[tuple[int, ...]], frame: Frame) -> list[int] | None:
-        """A sampled kernel line's own weights over its unit's paths (sample_lines.py), or None."""
-        names = self.fx_lines.get(frame.file, {}).get(frame.line) if frame.kind == "python" else None
-        contrib = self._contrib.get(id(paths)) if names else None
-        ws = line_weights(contrib, names, frame.file) if contrib is not None and names else None
-        self.by_line += ws is not None
-        return ws
 
     def weights_of(self, kp: KernelProvenance) -> list[int]:
         """Integer weights of kp's traces (reduced by their gcd), work-based where Inductor's
@@ -463,7 +449,7 @@ class _Attributor:
                     continue
                 ups = bases if j == i else placed[parent[j]]
                 placed[j] = [child(q, frame_ids[j]) for q in ups]
-                weights[j] = (self.fx_lines and j != i and self.sample_weights(paths, frames[frame_ids[j]])) or w
+                weights[j] = (self.samples and j != i and self.samples.weights(paths, frames[frame_ids[j]])) or w
                 first[j] = placed[j][0]
                 if len(ups) > 1:
                     copies[j] = placed[j]
@@ -503,7 +489,7 @@ class _Attributor:
             "autotuning_subtrees": self.tuned,
             "share": "by work: bytes each line's nodes read and write on their own (views 0); even where unknown",
             "shares": {name: list(e.values()) for name, e in self.shares.items()},
-            **({"pc_sample_lines_split_by_line": self.by_line} if self.fx_lines else {})})
+            **({"pc_sample_lines_split_by_line": self.samples.split} if self.samples else {})})
         return out
 
 

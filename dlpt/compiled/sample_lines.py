@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlpt.compiled.provenance import KernelProvenance
+from dlpt.frames import Frame
 
 # For each target path of a unit, in order: the (kernel, trace index, that trace's share of the
 # unit by work) triples that made it.
@@ -50,3 +51,29 @@ def line_weights(contrib: Contributions, names: list[str], file: str = "") -> li
     ws = [sum(w for kp, t, w in triples if (not kp.source or not file or kp.source == file)
               and t in kp.traces_of(names)) for triples in contrib]
     return ws if sum(ws) else None
+
+
+class SampleLines:
+    """What fused.py's transformation asks of the map: `note` each unit's contributions as its
+    targets are made (keyed by the cached path list's identity: the cache holds it for the whole
+    run, and two units with the same paths may hold different kernels), then `weights` for each
+    sampled kernel line beneath a unit; `split` counts the sampled lines so split."""
+
+    def __init__(self, meta: Any) -> None:
+        self.fx_lines = fx_lines_of(meta)
+        self._contrib: dict[int, Contributions] = {}
+        self.split = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.fx_lines)
+
+    def note(self, paths: list[tuple[int, ...]], contrib: Contributions) -> None:
+        self._contrib[id(paths)] = contrib
+
+    def weights(self, paths: list[tuple[int, ...]], frame: Frame) -> list[int] | None:
+        """A sampled kernel line's own weights over its unit's paths, or None (the unit's)."""
+        names = self.fx_lines.get(frame.file, {}).get(frame.line) if frame.kind == "python" else None
+        contrib = self._contrib.get(id(paths)) if names else None
+        ws = line_weights(contrib, names, frame.file) if contrib is not None and names else None
+        self.split += ws is not None
+        return ws
