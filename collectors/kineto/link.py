@@ -266,14 +266,25 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     py_threads = spans.py_threads
     if py_threads:
         py_thread = np.isin(thread, np.fromiter(py_threads, dtype=np.int64, count=len(py_threads)))
+    todo = [i for i in numbered[is_bwd[numbered]].tolist() if i not in fwd_of]
+    if not todo:
+        return fwd_of
     fwd_cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]
-    # In span order, the last op to carry the number created the node (dict keeps the last).
-    seq_fwd = dict(zip(seq[fwd_cand].tolist(), fwd_cand.tolist()))
-    for i in numbered[is_bwd[numbered]].tolist():
-        if i not in fwd_of:
-            f = seq_fwd.get(int(seq[i]))
-            if f is not None:
-                fwd_of[i] = f
+    # The op that created the node is the last to carry its number that started before the
+    # backward op: not merely the last in the trace, since on a CPU run backward runs on the
+    # Python thread too, and the node's own op inside `evaluate_function` carries the number.
+    by_seq: dict[int, list[tuple[int, int]]] = {}
+    for f, sq, st in zip(fwd_cand.tolist(), seq[fwd_cand].tolist(), start[fwd_cand].tolist()):
+        by_seq.setdefault(sq, []).append((st, f))
+    for i in todo:
+        cands = by_seq.get(int(seq[i]))
+        if cands is None:
+            continue
+        if len(cands) > 1 and not all(a[0] <= b[0] for a, b in zip(cands, cands[1:])):
+            cands.sort(key=lambda c: c[0])  # several threads' ops: by start; stable, so span order
+        k = bisect.bisect_left(cands, (int(start[i]), -1)) - 1  # among equal starts stays
+        if k >= 0:
+            fwd_of[i] = cands[k][1]
     return fwd_of
 
 
