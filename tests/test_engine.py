@@ -695,6 +695,27 @@ def test_drop_subtrees_keeps_the_rest_in_preorder():
         assert activity_paths(out) == activity_paths(prof)
 
 
+def test_drop_subtrees_keeps_the_root_even_when_the_mask_marks_it():
+    """The root is never dropped: a mask that marks it and e > f (nodes 0, 1, 2) gives the tree
+    without e > f, preorder kept (nodes 3-9 become 1-7, each parent renumbered with it); a mask
+    of every node leaves the root alone (small_tree's root holds nothing of its own)."""
+    from dataclasses import replace
+
+    from dlpt.profile import Activities
+    from dlpt.transforms import drop_subtrees
+
+    prof = small_tree()
+    mask = np.zeros(len(prof.cct), dtype=bool)
+    mask[[0, 1, 2]] = True
+    out = drop_subtrees(prof, mask)
+    assert tree_rows(out) == {k: v for k, v in tree_rows(prof).items() if "e (m.py:5)" not in k}
+    assert out.cct.parent.tolist() == [-1, 0, 1, 2, 1, 0, 5, 0]
+    assert activity_paths(out) == activity_paths(prof)
+    bare = replace(prof, activities=Activities.empty())
+    everything = drop_subtrees(bare, np.ones(len(prof.cct), dtype=bool))
+    assert everything.cct.parent.tolist() == [-1] and tree_rows(everything) == {(): (0, 0, 0)}
+
+
 def test_fold_into_parents_adds_each_subtree_to_its_parent():
     from dataclasses import replace
 
@@ -808,6 +829,31 @@ def test_fold_sampled_library_folds_small_host_only_library_calls():
                     "step 1", lib("p").name}
     assert {f.name for f in out.frames} == kept | {"r"}  # the folded frames are gone from the table
     assert out.cct.exclusive.sum(axis=0).tolist() == prof.cct.exclusive.sum(axis=0).tolist()
+
+
+def test_fold_sampled_library_at_its_threshold():
+    """"Under 0.1%": a library call holding exactly 0.1% of the run's host time stays; one
+    nanosecond less folds. The run's host time: 998,001 + 1,000 + 999 = 1,000,000 ns, whose
+    0.1% is 1,000 ns. Its idle time: 999 + 1 = 1,000 ns (0.1%: 1 ns): a library call of 1 ns of
+    idle and no host time holds exactly that, and stays too."""
+    from conftest import by_hand
+
+    from dlpt.frames import Frame, source_frame
+    from dlpt.transforms import fold_sampled_library
+
+    prog = source_frame("/home/u/prog.py", 2, "step")
+
+    def lib(name):
+        return source_frame(f"/venv/lib/python3.11/site-packages/torch/{name}.py", 1, name)
+
+    prof = by_hand([(-1, Frame("root", "r"), {"host_time": 998_001, "gpu_idle_time": 999}),
+                    (0, prog, {}),                                            # 1
+                    (1, lib("at"), {"host_time": 1_000}),                     # 2: exactly 0.1%: stays
+                    (1, lib("under"), {"host_time": 999}),                    # 3: folds into prog
+                    (1, lib("idle"), {"gpu_idle_time": 1})])                  # 4: exactly 0.1% of idle
+    rows = tree_rows(fold_sampled_library(prof))
+    assert rows == {(): (998_001, 999, 0), (prog.name,): (999, 0, 0), (prog.name, lib("at").name): (1_000, 0, 0),
+                    (prog.name, lib("idle").name): (0, 1, 0)}
 
 
 def test_def_line_frames_go_to_their_callers():

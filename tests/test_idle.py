@@ -303,3 +303,24 @@ def test_blame_without_nodes():
     res = blame(0, {0: (0, 100)}, {0: (_a([0]), _a([10]))}, _a([10]), _a([90]), _a([0]), _a([0]))
     assert res.per_node.tolist() == [] and (res.host, res.sync) == (0, 0)
     assert res.skipped == {idle.UNKNOWN_NODE: 1} and res.totals()["unattributed"] == 90
+
+
+def test_a_gap_that_begins_as_a_sync_returns_is_not_after_it():
+    """Intervals are half-open: a sync [5, 10) no longer blocks its thread at 10. Window
+    [0, 100), busy [0, 10) [50, 100): the one gap, [10, 50), begins as the sync returns, not
+    while it runs, so none of its 40 ns is after a sync. The same sync one nanosecond longer,
+    [5, 11), is running as the gap begins: 50 - 11 = 39 ns after it."""
+    busy = {0: (_a([0, 50]), _a([10, 100]))}
+    res = blame(2, {0: (0, 100)}, busy, _a([5]), _a([10]), _a([1]), _a([0]), np.array([True]))
+    assert res.after_sync == 0
+    res = blame(2, {0: (0, 100)}, busy, _a([5]), _a([11]), _a([1]), _a([0]), np.array([True]))
+    assert res.after_sync == 39
+
+
+def test_an_interval_cut_to_nothing_is_not_counted_again_on_another_clock():
+    """One thread's intervals [500, 600) and [550, 600): the second lies inside the first and ends
+    with it, so the cut leaves it nothing and it is dropped, counted once as cut. The one left is
+    outside the window [0, 100) (busy [0, 10)): one host interval on another clock, not two."""
+    res = blame(2, {0: (0, 100)}, {0: (_a([0]), _a([10]))}, _a([500, 550]), _a([600, 600]), _a([1, 1]), _a([0, 0]))
+    assert res.skipped == {idle.OVERLAP_HOST: 1, idle.HOST_CLOCK: 1}
+    assert res.per_node.tolist() == [0, 0] and res.totals()["unattributed"] == 90

@@ -353,6 +353,53 @@ def test_flows_with_no_op_at_either_end_link_nothing(tmp_path, monkeypatch, how)
                                "k3": "thread 3 > aten::add > k3"}
 
 
+@pytest.mark.parametrize("how", HOW)
+def test_flows_in_a_trace_without_ops(tmp_path, monkeypatch, how):
+    """A trace of Python frames and launches only, not one op anywhere, whose fwdbwd flow
+    remains: no op at either of its ends, nothing linked; each kernel under its launch's frame."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 100)
+    t.launch("k1", 1, 10, 200)
+    t.py("train.py(11): bwd", 2, 20, 30)
+    t.launch("k2", 2, 25, 210)
+    t.flow(1, 1, 10, 2, 20)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {"k1": "train.py:10 main > k1", "k2": "train.py:11 bwd > k2"}
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_backward_op_on_the_waiting_thread_linked_by_number(tmp_path, monkeypatch, how):
+    """On CPU the autograd engine runs the backward ops on the thread that called backward, a
+    Python thread. Without a fwdbwd flow, MulBackward0's `evaluate_function` (number 3) links to
+    the last op on a Python thread that carries 3 and is no backward op: aten::mul, not itself."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 1000)
+    t.op("aten::mul", 1, 10, 10, seq=3)
+    t.py("torch/autograd/graph.py(768): _engine_run_backward", 1, 100, 600)
+    t.op("autograd::engine::evaluate_function: MulBackward0", 1, 200, 50, seq=3)
+    t.launch("k_mulb", 1, 210, 2000)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {
+        "k_mulb": "train.py:10 main > aten::mul > [backward] > autograd::engine::evaluate_function: MulBackward0 > k_mulb"}
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_the_run_backward_waiting_is_not_only_the_last_to_start(tmp_path, monkeypatch, how):
+    """Thread 2 (autograd's, no Python frames) starts an op at 400. Two `run_backward` calls
+    started before: thread 1's at 100, still waiting (to 800), and thread 4's at 300, over at 350.
+    The op's place is under thread 1's, the one waiting at 400."""
+    t = Events()
+    t.py("train.py(10): main", 1, 0, 1000)
+    t.py("torch/autograd/graph.py(768): _engine_run_backward", 1, 100, 700)
+    t.py("other.py(5): work", 4, 0, 1000)
+    t.py("torch/autograd/graph.py(768): _engine_run_backward", 4, 300, 50)
+    t.op("aten::zeros", 2, 400, 10)
+    t.launch("k_zero", 2, 402, 2000)
+    p = t.load(tmp_path, how, monkeypatch)
+    assert kernel_paths(p) == {
+        "k_zero": "train.py:10 main > autograd/graph.py:768 _engine_run_backward > [backward] > aten::zeros > k_zero"}
+
+
 @pytest.mark.parametrize("base_ns", [7_000_000_000, None])
 def test_a_trace_without_host_spans(tmp_path, monkeypatch, base_ns):
     """GPU events only (a profiler that kept no host events): each under `<unattributed: no
