@@ -1,22 +1,19 @@
-"""A known bug of the Kineto linker (collectors/kineto/link.py `_backward_links`), found by the
-mutation testing of issue #35 and left for a fix: on CPU the autograd engine runs the backward
-ops on the thread that called backward, a Python thread, and the op of the autograd node inside
-its `evaluate_function` carries the node's sequence number too. Without a fwdbwd flow, the
-sequence-number fallback takes the last op on a Python thread that carries the number and is no
-`evaluate_function` as the forward op: here MulBackward0 itself, inside the `evaluate_function`
-it is asked for, so the link loops. paths.py gives the trace up to the walk, which drops the
-link: the backward op lands under `_engine_run_backward`, without `[backward]` and not under
-the forward aten::mul. (On a GPU's autograd thread, which has no Python frames, the same ops are
-passed over: test_kineto_link.py::test_backward_links_and_thread_anchors_at_the_edges.)"""
+"""A CPU backward placed by sequence number (collectors/kineto/link.py `_backward_links`), a bug
+the mutation testing of issue #35 found and 55748c5 fixed: on CPU the autograd engine runs the
+backward ops on the thread that called backward, a Python thread, and the op of the autograd
+node inside its `evaluate_function` carries the node's sequence number too. Without a fwdbwd
+flow, the fallback took the last op on a Python thread that carries the number and is no
+`evaluate_function` as the forward op: MulBackward0 itself, inside the `evaluate_function` it
+is asked for, so the link looped and was dropped, and the backward op landed under
+`_engine_run_backward`, without `[backward]`. The forward op is the last to carry the number
+that started before the backward op. (On a GPU's autograd thread, which has no Python frames,
+the same ops are passed over: test_kineto_link.py::test_backward_links_and_thread_anchors_at_the_edges.)"""
 
 from __future__ import annotations
 
 import pytest
 from test_kineto_link import HOW, Events, kernel_paths
 
-
-# BUG (issue #35, mutation testing): fails until `_backward_links` passes over the ops inside a
-# backward root (or takes only numbered ops that started before it) on the Python thread.
 
 @pytest.mark.parametrize("how", HOW)
 def test_cpu_backward_with_a_numbered_op_inside_links_to_the_forward_op(tmp_path, monkeypatch, how):
