@@ -119,7 +119,10 @@ def _time_replays(torch, py_us) -> None:  # noqa: ANN001
     def report() -> None:
         torch.cuda.synchronize()
         last = rows[-1000:]
-        q = lambda xs: [round(float(x), 4) for x in __import__("numpy").quantile(xs, [0.1, 0.5, 0.9])]  # noqa: E731
+        import numpy as np
+
+        def q(xs: list) -> list[float]:
+            return [round(float(x), 4) for x in np.quantile(xs, [0.1, 0.5, 0.9])]
         span = [a.elapsed_time(b) for a, b, _ in last]
         gap = [p[1].elapsed_time(c[0]) for p, c in zip(last, last[1:])]
         call = [c * 1e3 for _, _, c in last]

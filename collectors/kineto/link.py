@@ -276,13 +276,15 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     by_seq: dict[int, list[tuple[int, int]]] = {}
     for f, sq, st in zip(fwd_cand.tolist(), seq[fwd_cand].tolist(), start[fwd_cand].tolist()):
         by_seq.setdefault(sq, []).append((st, f))
+    for cands in by_seq.values():
+        # By start (several threads' ops interleave); a stable sort, so among equal starts span
+        # order stays, and linear on a thread's own ops, which span order has sorted already.
+        cands.sort(key=lambda c: c[0])
     for i in todo:
         cands = by_seq.get(int(seq[i]))
         if cands is None:
             continue
-        if len(cands) > 1 and not all(a[0] <= b[0] for a, b in zip(cands, cands[1:])):
-            cands.sort(key=lambda c: c[0])  # several threads' ops: by start; stable, so span order
-        k = bisect.bisect_left(cands, (int(start[i]), -1)) - 1  # among equal starts stays
+        k = bisect.bisect_left(cands, (int(start[i]), -1)) - 1
         if k >= 0:
             fwd_of[i] = cands[k][1]
     return fwd_of

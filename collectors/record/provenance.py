@@ -222,15 +222,21 @@ def compiled_module(file: str, source: str, traces_json: str | None, backward: b
     return mod
 
 
-def _fx(entry: Any, cwd: str) -> dict[str, dict[str, Trace]]:
-    """Kernel key → FX node name → parsed trace, from the entry `record_work_weights` added
-    while kernel lines were tagged (`--pc-samples`)."""
+def _entry(entry: Any) -> dict[str, Any]:
+    """One of dlpt's entries in Inductor's kernel → stack traces map (a one-item list holding
+    JSON of an object), read back; {} where it is missing or damaged."""
     try:
         raw = json.loads(entry[0]) if entry else {}
     except (ValueError, TypeError, IndexError):
         return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _fx(entry: Any, cwd: str) -> dict[str, dict[str, Trace]]:
+    """Kernel key → FX node name → parsed trace, from the entry `record_work_weights` added
+    while kernel lines were tagged (`--pc-samples`)."""
     out: dict[str, dict[str, Trace]] = {}
-    for key, per in raw.items() if isinstance(raw, dict) else ():
+    for key, per in _entry(entry).items():
         if isinstance(per, dict):
             parsed = {str(n): parse_trace(str(t), cwd) for n, t in per.items()}
             out[key] = {n: t for n, t in parsed.items() if t}
@@ -239,12 +245,8 @@ def _fx(entry: Any, cwd: str) -> dict[str, dict[str, Trace]]:
 
 def _work(entry: Any, cwd: str) -> dict[str, dict[Trace, int]]:
     """Kernel key → parsed trace → work, from the entry `record_work_weights` added."""
-    try:
-        raw = json.loads(entry[0]) if entry else {}
-    except (ValueError, TypeError, IndexError):
-        return {}
     out: dict[str, dict[Trace, int]] = {}
-    for key, pairs in raw.items() if isinstance(raw, dict) else ():
+    for key, pairs in _entry(entry).items():
         per: dict[Trace, int] = {}
         for text, w in pairs:
             t = parse_trace(str(text), cwd)
