@@ -276,10 +276,10 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     by_seq: dict[int, list[tuple[int, int]]] = {}
     for f, sq, st in zip(fwd_cand.tolist(), seq[fwd_cand].tolist(), start[fwd_cand].tolist()):
         by_seq.setdefault(sq, []).append((st, f))
-    for cands in by_seq.values():
+    for group in by_seq.values():
         # By start (several threads' ops interleave); a stable sort, so among equal starts span
         # order stays, and linear on a thread's own ops, which span order has sorted already.
-        cands.sort(key=lambda c: c[0])
+        group.sort(key=lambda c: c[0])
     for i in todo:
         cands = by_seq.get(int(seq[i]))
         if cands is None:
