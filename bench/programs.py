@@ -1,7 +1,7 @@
 """What recording costs where users run it: real programs' own command lines as whole processes,
 read by their own throughput (`bench/run.py programs`).
 
-    python bench/run.py programs [--programs NAME,...] [--configs C,...] [--procs N] [--budget S]
+    python bench/run.py programs [--programs NAME,...] [--configs C,...] [--procs N] [--gpus N] [--budget S]
 
 Each program runs as its users run it, once per configuration per round, rounds in turns
 (plain, dlpt, Proton, torch.profiler, plain, dlpt, …), so that a machine whose speed drifts
@@ -22,6 +22,12 @@ context, the one that names source lines as dlpt does) and `proton-shadow` (its 
 context); `torch.profiler-cuda` (CUDA activities only) and `torch.profiler` (CPU and CUDA, with
 stacks), both wrapped around the unmodified script.
 
+`--gpus N` runs N processes at once, each on a GPU of its own (CUDA_VISIBLE_DEVICES), taking the
+same list of turns in order: on a machine of several GPUs the table is N times quicker to fill.
+The processes then share the host (cores, memory bandwidth, the PCIe root), and every
+configuration shares it alike, since the turns interleave them; a figure is of that machine
+busy, not of one process alone (the table's title says how many ran at once).
+
 The table gives, per configuration: every process's figure in run order, the median, its ratio
 to the baseline's median (as slowdown: >1 is slower), and the range of each process's ratio to
 that median — the spread a user meets in one run. On the device machines the unprofiled
@@ -38,6 +44,7 @@ import os
 import re
 import statistics
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -164,22 +171,27 @@ class Programs:
         self.env = dict(kv.split("=", 1) for kv in a.env)  # for every configuration alike
         self.res: dict[str, Any] = {"gpu": rl.gpu_name(), "configs": [c[0] for c in self.configs], "programs": {}}
         self.tables: list[str] = []
+        self.lock = threading.Lock()  # --gpus: the turns, the results and programs.json are shared
+        self.res["processes_at_once"] = max(a.gpus, 1)
 
-    def one(self, name: str, label: str, mode: str, env: dict[str, str], i: int) -> float | None:
+    def one(self, name: str, label: str, mode: str, env: dict[str, str], i: int, gpu: int | None = None) -> float | None:
         p = PROGRAMS[name]
         argv, cwd = p.command(self.work)
         out = os.path.join(self.work, f"{name}-{label}-{i}" + (".dlpt" if mode == "dlpt" else ""))
+        own = {} if gpu is None else {"CUDA_VISIBLE_DEVICES": str(gpu)}
         r = rl.run([*launcher(mode, out, self.work), *argv], cwd=cwd, timeout=p.timeout, log=self.log,
-                   env={**self.env, **env},
+                   env={**self.env, **env, **own},
                    interrupt_after=p.interrupt_after)
         v = p.figure(r)
         # A driver's own probe lines (bench/workloads/gptfast.py GPTFAST_REPLAYS=1: each CUDA-graph
         # replay timed by CUDA events) are kept with the run.
         probes = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in r.out_lines
                   if x.startswith(("REPLAYS {", "THREADS ["))}
-        self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, **probes,
-                                                   **r.brief()})
-        print(f"  {name} {label} #{i + 1}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)", flush=True)
+        with self.lock:
+            self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, "gpu": gpu,
+                                                       **probes, **r.brief()})
+        where = "" if gpu is None else f" on GPU {gpu}"
+        print(f"  {name} {label} #{i + 1}{where}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)", flush=True)
         return v
 
     def program(self, name: str) -> None:
@@ -193,16 +205,39 @@ class Programs:
             argv, cwd = p.command(self.work)
             r = rl.run([rl.PY, *argv], cwd=cwd, timeout=p.timeout, log=self.log, interrupt_after=p.interrupt_after)
             print(f"  {name} warm-up: {p.figure(r)} {p.unit} (rc {r['rc']}, {r['wall_s']} s, not counted)", flush=True)
-        for i in range(self.a.procs):
-            for label, mode, env in self.configs:
+        p.command(self.work)  # its working copy made once, before processes run side by side
+        # Side by side, each round starts one configuration further on, so that no configuration
+        # keeps to one GPU (with as many configurations as GPUs it otherwise would).
+        n, k = len(self.configs), (1 if self.a.gpus > 1 else 0)
+        turns = [(i, *self.configs[(j + k * i) % n]) for i in range(self.a.procs) for j in range(n)]
+        done: dict[tuple[int, str], float] = {}
+
+        def worker(gpu: int | None) -> None:
+            while True:
+                with self.lock:
+                    if not turns:
+                        return
+                    i, label, mode, env = turns.pop(0)
                 # A profiled process takes longer than a plain one: twice the estimate to be safe.
                 if not self.budget.allows(p.estimate * (1 if mode == "plain" else 2)):
                     print(f"  {name} {label} #{i + 1}: skipped, {self.budget.left():.0f} s left", flush=True)
                     continue
-                v = self.one(name, label, mode, env, i)
-                if v is not None:
-                    got[label].append(v)
-                rl.write_json(self.out, "programs.json", self.res)
+                v = self.one(name, label, mode, env, i, gpu)
+                with self.lock:
+                    if v is not None:
+                        done[(i, label)] = v
+                    rl.write_json(self.out, "programs.json", self.res)
+
+        if self.a.gpus <= 1:
+            worker(None)
+        else:
+            pool = [threading.Thread(target=worker, args=(g,)) for g in range(self.a.gpus)]
+            for t in pool:
+                t.start()
+            for t in pool:
+                t.join()
+        for (_, label), v in sorted(done.items()):  # in turn order, however they finished
+            got[label].append(v)
         base_label = self.configs[0][0]
         base = statistics.median(got[base_label]) if got[base_label] else None
         rows = []
@@ -213,7 +248,8 @@ class Programs:
                          ratios([med], base, p.higher_is_better)[0] if med else None,
                          f"{min(r)}-{max(r)}" if r else "-"])
         self.tables.append(rl.table(
-            f"{name}: whole processes, {p.unit} as it prints it ({self.res['gpu']})",
+            f"{name}: whole processes, {p.unit} as it prints it ({self.res['gpu']}"
+            + (f"; {self.a.gpus} processes at once, one GPU each)" if self.a.gpus > 1 else ")"),
             ["configuration", "processes", f"each process ({p.unit}, in run order)", "median",
              f"slowdown vs {base_label} median", "each process's slowdown"], rows))
         print(self.tables[-1], flush=True)
@@ -235,6 +271,8 @@ def programs(argv: list[str]) -> None:
                     help="comma-separated configurations, the first the baseline: plain, dlpt, proton, "
                          "proton-shadow, torch.profiler-cuda, torch.profiler (LABEL=MODE:ENV=V,... for variants)")
     ap.add_argument("--procs", type=int, default=3, help="processes per configuration, in turns")
+    ap.add_argument("--gpus", type=int, default=1, help="processes at once, each on a GPU of its own "
+                    "(CUDA_VISIBLE_DEVICES=0..N-1)")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole invocation")
     ap.add_argument("--env", action="append", default=[], metavar="K=V",
                     help="set for every process, e.g. --env GPTFAST_REPLAYS=1 (each replay timed)")

@@ -139,7 +139,10 @@ def gpu_name() -> str:
         return "cpu"
     r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                        capture_output=True, text=True)
-    return r.stdout.strip()
+    # One line per GPU: a machine of several alike reads "2 × NVIDIA H200, 580.159.04".
+    lines = [x.strip() for x in r.stdout.splitlines() if x.strip()]
+    kinds = sorted(set(lines))
+    return "; ".join(f"{lines.count(k)} × {k}" if lines.count(k) > 1 else k for k in kinds)
 
 
 class Budget:
