@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dlpt.cct import CCT, TreeBuilder
-from dlpt.collectors.record.fx_lines import TAG, file_tags, kernel_fx, line_names, tag_kernel_lines, tag_line
+from dlpt.collectors.record.fx_lines import META, TAG, file_tags, kernel_fx, line_names, tag_kernel_lines, tag_line
 from dlpt.collectors.record.inductor_hooks import FX_KEY
 from dlpt.collectors.record.provenance import compiled_module
 from dlpt.compiled.fused import attribute_compiled
@@ -52,6 +52,12 @@ def test_a_kernel_the_tags_would_break_is_compiled_without_them():
     bad = f"def k():\n    tmp0 = x + \\  {TAG} sin\n        1\n    return tmp0  {TAG} add\n"
     assert checked(bad) == "def k():\n    tmp0 = x + \\\n        1\n    return tmp0\n"
     assert checked(None) is None and checked("plain = 1\n") == "plain = 1\n"
+    # TritonKernel.codegen_kernel() names the kernel by Inductor's placeholder, replaced by the
+    # real name later: no Python as it stands, but not the tags' doing (they stay)
+    named = f"def Placeholder.KERNEL_NAME(x):\n    tmp0 = x  {TAG} sin\n    return tmp0\n"
+    assert checked(named) == named
+    assert checked(named.replace("return tmp0", "return tmp0 +")) == named.replace(f"  {TAG} sin", "").replace(
+        "return tmp0", "return tmp0 +")
 
 
 def test_file_tags_reads_the_lines_asked_for(tmp_path):
@@ -89,18 +95,22 @@ class _Node:
 def test_the_hook_tags_a_triton_kernels_own_lines_and_is_undone():
     torch = pytest.importorskip("torch")
     sympy = pytest.importorskip("sympy")
+    from torch._inductor import ir
     from torch._inductor.codegen.common import DeferredLine, Kernel
     from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
     from torch._inductor.codegen.triton import TritonKernel
     from torch._inductor.graph import GraphLowering
+    from torch._inductor.loop_body import InterpreterShim, LightTracer
     from torch._inductor.utils import IndentedBuffer
     from torch._inductor.virtualized import V
 
     gm = torch.fx.symbolic_trace(lambda x: torch.sin(x) + 1)
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]  # sin, add
     placeholder = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    before = (Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"],
-              TritonKernel.__dict__["codegen_kernel"])
+    hooked = ((Kernel, "set_current_node"), (IndentedBuffer, "writeline"), (TritonKernel, "codegen_kernel"),
+              (ir.Loops, "__post_init__"), (ir.ComputedBuffer, "get_store_function"),
+              (LightTracer, "create_node"), (InterpreterShim, "run_node"))
+    before = [c.__dict__.get(a) for c, a in hooked]
     undo = tag_kernel_lines()
     assert undo is not None
     try:
@@ -114,15 +124,29 @@ def test_the_hook_tags_a_triton_kernels_own_lines_and_is_undone():
             with k.set_current_node(_Node([calls[1]])):
                 k.stores.writeline(DeferredLine("buf1", f"tl.store(out_ptr0 + x0, {v} + 1)"))
             k.compute.writeline("tmp9 = tmp0")  # the context closed again
+            # A loop body's ops, interpreted by Inductor's own InterpreterShim: each op's lines
+            # take its stamp where it is one of the node's FX names, else the node's names.
+            body = torch.fx.Graph()
+            for stamp, text in ((calls[0].name, "tmp1 = tl_math.sin(tmp0)"), ("cos_9", "tmp2 = tmp1"),
+                                (None, "tmp3 = tmp2")):
+                op = body.call_function(k.compute.writeline, (text,))
+                if stamp:
+                    op.meta[META] = stamp
+            body.output(None)
+            with k.set_current_node(_Node(calls)):
+                InterpreterShim(body, {}).run()
+                k.compute.writeline("tmp4 = tmp3")  # after the ops, in the node: the node's names
             compute = k.compute.getvalue().splitlines()
             stores = k.stores.getvalue().splitlines()
     finally:
         undo()
-    assert (Kernel.__dict__["set_current_node"], IndentedBuffer.__dict__["writeline"],
-            TritonKernel.__dict__["codegen_kernel"]) == before
+    assert [c.__dict__.get(a) for c, a in hooked] == before
+    assert "create_node" not in LightTracer.__dict__ and "__post_init__" not in ir.Loops.__dict__
     assert compute[0].strip() == "xoffset = tl.program_id(0)"
     assert line_names(compute[1]) == [calls[0].name] and "tl_math.sin(tmp0)" in compute[1]
     assert line_names(compute[2]) == []
+    both = sorted(n.name for n in calls)
+    assert [line_names(c) for c in compute[3:]] == [[calls[0].name], both, both, both]
     assert line_names(stores[0]) == [calls[1].name]
     assert other.getvalue().strip() == "buf0 = empty()"
 

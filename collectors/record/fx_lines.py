@@ -18,9 +18,11 @@ node's context (loop headers, the signature) get none; their samples keep the ke
 shares. A load shared by several nodes (Inductor emits it once) is tagged with the node that
 first needed it, and so is index arithmetic, which Inductor emits when the first node asks.
 
-The resolution is the scheduler node, not the op: a chain of pointwise ops inlined into one
-buffer is one node, and its lines carry every FX name of the chain (dlpt/compiled/sample_lines.py
-splits those by work). What it costs: the tags make kernels of identical code but different FX
+The resolution is the op, where Inductor lets it be seen (`per_op` below): a chain of pointwise
+ops inlined into one buffer is one scheduler node, whose origins are every FX node of the chain,
+but each op of its loop body came from one FX node's lowering, and its lines carry that name
+alone. Lines no single op wrote keep the node's names (dlpt/compiled/sample_lines.py splits
+those by work). What it costs: the tags make kernels of identical code but different FX
 names (the same layer repeated) differ, so Inductor no longer merges them into one kernel; a
 `--pc-samples` recording compiles more kernels than a plain one (its compile cache entries are
 its own anyway, below). Tagging lines by their node's position in the kernel instead of its FX
@@ -43,7 +45,9 @@ from typing import Any
 
 TAG = "# dlpt-fx:"
 _TAGGED = re.compile(r"#\s*dlpt-fx:\s*(?P<names>[\w ,.]*)\s*$")
-_state = threading.local()  # .names: the open node's FX names; .buffers: ids of its kernel's buffers
+# .names: the open scheduler node's FX names; .buffers: ids of its kernel's buffers; .origin: the FX
+# node whose inner_fn a LoopBody is tracing; .op: that of the loop-body op being generated
+_state = threading.local()
 
 
 def tag_line(line: str, names: list[str]) -> str:
@@ -115,6 +119,11 @@ def tag_kernel_lines() -> Any:
     def tagged_writeline(self: Any, line: Any) -> None:
         names = getattr(_state, "names", None)
         if names and id(self) in (getattr(_state, "buffers", None) or ()):
+            op = getattr(_state, "op", None)
+            # the op's own FX node, where it is one of the node's (else Inductor's provenance map
+            # may not list it for this kernel): the node's names otherwise
+            if op in names:
+                names = [op]
             if isinstance(line, str):
                 line = tag_line(line, names)
             elif isinstance(line, DeferredLineBase) and isinstance(getattr(line, "line", None), str):
@@ -124,20 +133,141 @@ def tag_kernel_lines() -> Any:
     def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
         return checked(codegen(self, *args, **kwargs))
 
-    # setattr: replacing Inductor's methods is the hook itself (undone below).
-    setattr(Kernel, "set_current_node", set_current_node)  # noqa: B010
-    setattr(IndentedBuffer, "writeline", tagged_writeline)  # noqa: B010
-    setattr(TritonKernel, "codegen_kernel", codegen_kernel)  # noqa: B010
+    # Replacing Inductor's methods is the hook itself (undone below).
+    patched: list[tuple[Any, str, Any]] = []
+    _patch(patched, Kernel, "set_current_node", set_current_node)
+    _patch(patched, IndentedBuffer, "writeline", tagged_writeline)
+    _patch(patched, TritonKernel, "codegen_kernel", codegen_kernel)
+    try:
+        per_op(patched)
+    except Exception:  # noqa: BLE001 - a torch whose loop bodies differ: tags by scheduler node
+        _unpatch(patched[3:])
+        del patched[3:]
 
-    def undo() -> None:
-        setattr(Kernel, "set_current_node", set_node)  # noqa: B010
-        setattr(IndentedBuffer, "writeline", writeline)  # noqa: B010
-        setattr(TritonKernel, "codegen_kernel", codegen)  # noqa: B010
+    def undo() -> None:  # a second call finds nothing left to restore
+        _unpatch(patched)
+        patched.clear()
 
     return undo
 
 
+# -- per op ----------------------------------------------------------------------------------------
+
+META = "dlpt_fx"  # the key of a loop body's FX node meta: the post-grad FX node that op came from
+_MISSING = object()
+
+
+def _patch(patched: list[tuple[Any, str, Any]], owner: Any, attr: str, new: Any) -> None:
+    """Set `owner.attr`, remembering what its own `__dict__` held (or that it held none: an
+    inherited attribute is deleted again, not copied onto the subclass)."""
+    patched.append((owner, attr, owner.__dict__.get(attr, _MISSING)))
+    setattr(owner, attr, new)
+
+
+def _unpatch(patched: list[tuple[Any, str, Any]]) -> None:
+    for owner, attr, prior in reversed(patched):
+        if prior is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, prior)
+
+
+class Origin:
+    """An IR node's `inner_fn` (or a buffer's store function), called with its FX node as the
+    origin of the ops it traces; a nested call (an inlined input's loader) has its own, and the
+    outer one is back when it returns."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn: Any, name: str) -> None:
+        self.fn, self.name = fn, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        prior = getattr(_state, "origin", None)
+        _state.origin = self.name
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            _state.origin = prior
+
+    # Loops is a frozen dataclass compared and hashed by its fields: equal to the function it
+    # wraps, the wrapper leaves those comparisons as they were.
+    def __eq__(self, other: object) -> bool:
+        return self.fn == (other.fn if isinstance(other, Origin) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.fn)
+
+
+def _lowering_node() -> str | None:
+    """The post-grad FX node GraphLowering is lowering now (call_function only), or None."""
+    from torch._inductor.virtualized import V
+
+    n = getattr(V.graph, "current_node", None)
+    return n.name if getattr(n, "op", None) == "call_function" and isinstance(n.name, str) else None
+
+
+def per_op(patched: list[tuple[Any, str, Any]]) -> None:
+    """Stamp each op of a loop body with its FX node and open it while its lines are written.
+
+    An `ir.Loops` (Pointwise, Reduction, Scan, Sort) is created while GraphLowering lowers one FX
+    node; its `inner_fn` runs later, when the scheduler traces it into a LoopBody (an inlined
+    input's loader is that input's own `inner_fn`). So: the inner_fn is wrapped when its Loops is
+    made (`Origin`), each node the LoopBody's tracer creates is stamped with the origin then
+    current, and when codegen interprets the body each node opens its stamp as `_state.op`.
+    The store (and a reduction's combine), which a buffer's store function writes around the
+    inner_fn, go to the buffer's Loops."""
+    from torch._inductor import ir
+    from torch._inductor.loop_body import InterpreterShim, LightTracer
+
+    base_init, store_fn = ir.Loops.__post_init__, ir.ComputedBuffer.__dict__["get_store_function"]
+    create_node, run_node = LightTracer.create_node, InterpreterShim.__dict__["run_node"]
+
+    def post_init(self: Any) -> None:
+        base_init(self)  # IRNode's: origins, traceback...
+        try:
+            name = _lowering_node()
+            if name and not isinstance(self.inner_fn, Origin):  # a copy keeps its first origin
+                object.__setattr__(self, "inner_fn", Origin(self.inner_fn, name))  # frozen dataclass
+        except Exception:  # noqa: BLE001 - untagged, never a failed lowering
+            pass
+
+    def get_store_function(self: Any) -> Any:
+        fn = store_fn(self)
+        origin = getattr(self.data, "inner_fn", None)
+        return Origin(fn, origin.name) if isinstance(origin, Origin) else fn
+
+    def stamped_create_node(self: Any, *args: Any, **kwargs: Any) -> Any:
+        node = create_node(self, *args, **kwargs)
+        origin = getattr(_state, "origin", None)
+        if origin:
+            node.meta[META] = origin
+        return node
+
+    def shim_run_node(self: Any, n: Any) -> Any:
+        prior = getattr(_state, "op", None)
+        _state.op = getattr(n, "meta", {}).get(META)
+        try:
+            return run_node(self, n)
+        finally:
+            _state.op = prior
+
+    _patch(patched, ir.Loops, "__post_init__", post_init)
+    _patch(patched, ir.ComputedBuffer, "get_store_function", get_store_function)
+    _patch(patched, LightTracer, "create_node", stamped_create_node)
+    _patch(patched, InterpreterShim, "run_node", shim_run_node)
+
+
+def op_origin() -> str | None:
+    """The FX node of the loop-body op whose code is being generated now (None between ops)."""
+    return getattr(_state, "op", None)
+
+
 _STRIP = re.compile(r"  " + re.escape(TAG) + r"[\w ,.]*$", re.M)
+# `codegen_kernel()` names the kernel `str(Placeholder.KERNEL_NAME)`, "Placeholder.KERNEL_NAME"
+# (`def Placeholder.KERNEL_NAME(...)`), which Inductor replaces by the real name later on: never
+# valid Python as returned, so it is parsed with the bare member name in its place.
+_PLACEHOLDER = re.compile(r"\bPlaceholder\.([A-Z][A-Z_]*)\b")
 
 
 def checked(source: Any) -> Any:
@@ -146,7 +276,7 @@ def checked(source: Any) -> Any:
     if not isinstance(source, str) or TAG not in source:
         return source
     try:
-        ast.parse(source)
+        ast.parse(_PLACEHOLDER.sub(r"\1", source))
     except Exception:  # noqa: BLE001 - SyntaxError, or a RecursionError on a deep expression: untagged then
         return _STRIP.sub("", source)
     return source

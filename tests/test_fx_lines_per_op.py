@@ -1,0 +1,163 @@
+"""Each op of a fused chain is generated under its own FX node (collectors/record/fx_lines.py,
+`per_op`), checked on a real CPU compile.
+
+Inductor's C++ backend builds and interprets the same LoopBody as its Triton one, so the origin
+each op carries from lowering to codegen can be watched here without a GPU: the test reads
+`op_origin()` as each line of the C++ kernel is written (only Triton lines get the comment) and
+follows that FX node's stack trace to a line of `_chain` below.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch._inductor.loop_body")
+
+from dlpt.collectors.record import fx_lines  # noqa: E402
+
+
+def _chain(y):
+    heavy = torch.sin(y) ** 7 * torch.cos(y * 1.3) ** 5 + torch.tanh(y).exp()  # HEAVY
+    light = heavy + 1.0  # LIGHT
+    return (light * 0.5).view(-1)  # RETURN
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__, encoding="utf-8") as f:
+        return next(i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+def _model_line(node) -> int | None:
+    """The line of this file an FX node's stack trace ends on (where it was traced from)."""
+    hits = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    lines = [int(ln) for f, ln in hits if f == __file__]
+    return lines[-1] if lines else None
+
+
+def _patched_attrs():
+    from torch._inductor import ir
+    from torch._inductor.codegen.common import Kernel
+    from torch._inductor.codegen.triton import TritonKernel
+    from torch._inductor.loop_body import InterpreterShim, LightTracer
+    from torch._inductor.utils import IndentedBuffer
+
+    return [(c, a, c.__dict__.get(a)) for c, a in (
+        (Kernel, "set_current_node"), (IndentedBuffer, "writeline"), (TritonKernel, "codegen_kernel"),
+        (ir.Loops, "__post_init__"), (ir.ComputedBuffer, "get_store_function"),
+        (LightTracer, "create_node"), (InterpreterShim, "run_node"))]
+
+
+def _compile_and_watch():
+    """Compile `_chain` with the tagging installed; (each C++ kernel line, the FX node open when it
+    was written), the post-grad FX nodes by name, eager and compiled outputs."""
+    from torch._inductor import config
+    from torch._inductor.utils import IndentedBuffer
+    from torch._inductor.virtualized import V
+
+    before = _patched_attrs()
+    undo = fx_lines.tag_kernel_lines()
+    assert undo is not None
+    writeline, seen, nodes = IndentedBuffer.writeline, [], {}
+
+    def watch(self, line):  # the observer only: Inductor's own path runs on underneath
+        if isinstance(line, str) and line.strip():
+            seen.append((line.strip(), fx_lines.op_origin()))
+            graph = getattr(V.graph, "graph", None)
+            if isinstance(graph, torch.fx.Graph):
+                nodes.update((n.name, n) for n in graph.nodes)
+        writeline(self, line)
+
+    x = torch.randn(8, 33)
+    try:
+        IndentedBuffer.writeline = watch
+        torch._dynamo.reset()
+        with config.patch({"fx_graph_cache": False, "force_disable_caches": True}):
+            got = torch.compile(_chain)(x)
+    finally:
+        IndentedBuffer.writeline = writeline
+        undo()
+        torch._dynamo.reset()
+    assert _patched_attrs() == before  # every attribute back, inherited ones deleted again
+    return seen, nodes, _chain(x), got
+
+
+@pytest.fixture(scope="module")
+def watched():
+    return _compile_and_watch()
+
+
+def test_the_compile_is_unchanged(watched):
+    _, _, want, got = watched
+    torch.testing.assert_close(got, want)
+
+
+def test_each_op_is_generated_under_the_fx_node_it_was_lowered_from(watched):
+    seen, nodes, _, _ = watched
+    heavy, light, ret = _line_of("HEAVY"), _line_of("LIGHT"), _line_of("RETURN")
+    kernel = [(text, nodes[o]) for text, o in seen if o is not None and ("auto " in text or ".store(" in text)]
+    assert kernel, seen
+    assert all(n.op == "call_function" for _, n in kernel)
+
+    def under(pattern):
+        found = [n for text, n in kernel if re.search(pattern, text)]
+        assert found, pattern
+        return found
+
+    # the transcendental ops of the chain: each under its own aten op, on the heavy line
+    for fn in ("sin", "cos", "tanh", "exp"):
+        for n in under(rf"(\.|std::){fn}\("):
+            assert n.target == getattr(torch.ops.aten, fn).default, (fn, n.name)
+            assert _model_line(n) == heavy
+    # `light = heavy + 1.0`: its constant and its add, under that add node alone
+    for n in under(r"\b1\.0\b") + under(r"\+ tmp\d+;$"):
+        if _model_line(n) != heavy:  # the heavy chain's own add (sin·cos + exp) is the other `+`
+            assert _model_line(n) == light and n.target == torch.ops.aten.add.Tensor
+    assert {_model_line(n) for n in under(r"\b1\.0\b")} == {light}
+    assert {_model_line(n) for n in under(r"\+ tmp\d+;$")} == {heavy, light}
+    # the 0.5 scaling and the store of its result, under the returned line's mul
+    for n in under(r"\b0\.5\b") + under(r"\.store\("):
+        assert _model_line(n) == ret and n.target == torch.ops.aten.mul.Tensor
+    # the view writes no op: its FX node is nobody's origin
+    assert all(n.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default) for _, n in kernel)
+    # the chain's lines, by the FX nodes open when they were written: not one name for all
+    assert {_model_line(n) for _, n in kernel} == {heavy, light, ret}
+    assert len({n.name for _, n in kernel}) >= 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Triton kernels need a GPU")
+def test_a_triton_kernels_lines_carry_their_own_ops_fx_node():
+    """On a GPU the same origins become the comments: each line of the fused kernel names the FX
+    node of the op that wrote it, and the kernel still compiles and runs."""
+    from torch._inductor import config
+    from torch._inductor.codegen.triton import TritonKernel
+
+    sources, x = [], torch.randn(8, 33, device="cuda")
+    undo = fx_lines.tag_kernel_lines()
+    assert undo is not None
+    codegen = TritonKernel.codegen_kernel  # the hook's (it strips tags a kernel cannot parse with)
+
+    def keep(self, *args, **kwargs):
+        sources.append(codegen(self, *args, **kwargs))
+        return sources[-1]
+
+    try:
+        TritonKernel.codegen_kernel = keep
+        torch._dynamo.reset()
+        with config.patch({"fx_graph_cache": False, "force_disable_caches": True}):
+            got = torch.compile(_chain)(x)
+    finally:
+        TritonKernel.codegen_kernel = codegen
+        undo()
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, _chain(x))
+    tags = {text.split(fx_lines.TAG)[0].strip(): fx_lines.line_names(text)
+            for src in sources for text in src.splitlines() if fx_lines.TAG in text}
+    assert tags, sources
+    by_op = {op: [names for text, names in tags.items() if op in text]
+             for op in ("tl_math.sin(", "tl_math.cos(", "libdevice.tanh(", "tl_math.exp(", "tl.store(")}
+    assert by_op["tl_math.sin("] == [["sin"]] and by_op["tl_math.cos("] == [["cos"]], tags
+    assert by_op["tl.store("] and all(len(n) == 1 for n in by_op["tl.store("]), tags
+    assert sum(len(n) == 1 for n in tags.values()) >= len(tags) - 2, tags  # lines of one op each
