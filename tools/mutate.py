@@ -56,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Module -> (its file under the repository, its dotted name, the fast in-process test files
 # that cover it). A file here runs in seconds under `-n 0`; files that record programs or run
 # subprocesses (test_cli, test_record, test_torchrun, ...) are left out.
-KINETO_TESTS = ["tests/test_kineto_link.py", "tests/test_engine.py", "tests/test_oracles.py", "tests/test_kineto_idle.py",
+KINETO_TESTS = ["tests/test_kineto_link.py", "tests/test_kineto_cpu_backward.py", "tests/test_engine.py", "tests/test_oracles.py", "tests/test_kineto_idle.py",
                 "tests/test_kineto_kinds.py", "tests/test_kineto_paths.py", "tests/test_kineto_slices.py",
                 "tests/test_kineto_memory.py", "tests/test_findings.py"]
 MODULES: dict[str, tuple[str, str, list[str]]] = {
