@@ -111,9 +111,13 @@ def test_ddp_buckets_wait_once_under_the_backward_line(merged: tuple[dlpt.Profil
     (not once per bucket), on the bucket hook beneath the line that called backward()."""
     prof, slept = merged
     waits = _per_rank_line(prof, "comm_wait_time", _line("# BACKWARD"))
-    # Here rank 0 also waits for rank 1's backward up to its first bucket: +1.6..+13.6 ms over the
-    # 0.4 s slept (0.4-3.4%) in 6 runs on a loaded 2-core machine; 10% is three times that.
-    assert waits.get(0, 0) / 1e9 == pytest.approx(slept["ddp"], rel=0.10), (waits, slept)
+    # Here rank 0 also waits for rank 1's backward up to its first bucket, so the wait only ever
+    # exceeds the sleep: +1.6..+13.6 ms over the 0.4 s slept (0.4-3.4%) in 6 runs on a loaded
+    # 2-core machine, and +45 ms (+11.2%) once with the suite's two workers on both cores
+    # (2026-11-28). Bounds: 5% under (timing alone), 25% over (twice the largest seen); a wait
+    # counted once per bucket (DDP makes several) reads 2x and more.
+    w = waits.get(0, 0) / 1e9
+    assert 0.95 * slept["ddp"] <= w <= 1.25 * slept["ddp"], (waits, slept)
     assert waits.get(1, 0) < 0.1 * waits[0]
     # the rest is where ranks met in other collectives: the warm-up all_reduce, DDP's construction
     # (it broadcasts the weights) and its forward (buffers); nothing else holds comm wait.

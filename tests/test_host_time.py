@@ -248,15 +248,23 @@ def test_short_stretches_get_their_own_time(tmp_path: Path) -> None:
         if attempt == 1:
             pytest.skip(f"the sampler's ticks came late ({sampler}): this machine's cores are busy")
         prof, truth, text = _record(tmp_path, SHORT_STRETCHES)
-    got = _by_line(prof)
     # The error measured in 12 runs on 2 cores at 1 ms (about 40 ticks on each line: a sampling
     # error): sleep -4.3..+2.9%, busy -5.2..+5.5%, ops -6.4..+7.5%; the sampler before peek.h:
     # sleep -12..-15%, busy -100%, ops +92..+216% (the pure Python's time on the ops line). The ops
     # line comes right after the pure Python: its bound is also "no more than its own time".
     # The sleep's bound is three times its largest quiet error (4.3%): under CI's load it read
-    # +10.2% and +10.6% (two CI runs) with too few late ticks to skip, where 9% failed.
-    for key, marker, tol in (("sleep", "# SLEEP", 0.13), ("busy", "# BUSY", 0.12), ("ops", "# OPS", 0.15)):
-        have = got.get(_line(text, marker), 0) / 1e9
+    # +10.2% and +10.6% (two CI runs) with too few late ticks to skip, where 9% failed; the busy
+    # line read +13.5% once (2026-11-28, the suite alone on this machine's 2 cores). So a
+    # recording with a line out of bounds is made once more, as the next test does: a sampler
+    # that misplaces time (the faults above: -100%, +92% and more) does so in both.
+    bounds = (("sleep", "# SLEEP", 0.13), ("busy", "# BUSY", 0.12), ("ops", "# OPS", 0.15))
+    for attempt in range(2):
+        got = _by_line(prof)
+        checks = [(key, got.get(_line(text, marker), 0) / 1e9, tol) for key, marker, tol in bounds]
+        if attempt == 1 or all(have == pytest.approx(truth[key], rel=tol) for key, have, tol in checks):
+            break
+        prof, truth, text = _record(tmp_path, SHORT_STRETCHES)
+    for key, have, tol in checks:
         assert have == pytest.approx(truth[key], rel=tol), (key, have, truth[key], got)
 
 
