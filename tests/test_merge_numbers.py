@@ -120,6 +120,9 @@ def test_merged_meta() -> None:
     assert m["source"] == "mixed" and m["world_size"] == 4  # more ranks than any input said
     assert [(r["rank"], r.get("world_size")) for r in m["ranks"]] == [(0, 2), (1, 2), (2, 1), (3, None)]
     assert m["skipped_events"] == 3 + 4  # absent or None: none skipped
+    # device events of kinds dlpt does not read, summed over the inputs, most first
+    a.meta["unknown_device_events"], b.meta["unknown_device_events"] = {"mtia_kernel": 3}, {"x": 1, "mtia_kernel": 2}
+    assert merge_profiles([a, b]).meta["unknown_device_events"] == {"mtia_kernel": 5, "x": 1}
 
 
 def test_merged_sources_and_path_are_the_inputs() -> None:

@@ -95,3 +95,29 @@ def test_waiting_for_its_own_gpu_is_not_host_work(merged) -> None:
     gpu, host = straggler(steady, "gpu_time"), straggler(steady, "host_time")
     assert gpu["rank"] == 1 and gpu["excess"] > 0
     assert host["excess"] < 0.5 * gpu["excess"], (host["excess"], gpu["excess"])
+
+
+def test_each_ranks_entry_keeps_its_collective_span(ranks, merged) -> None:
+    """The merged header's rank entries carry each rank's collective span (first collective's
+    start to last one's end, from its own log), which tells ranks of one run apart later on."""
+    for entry, p in zip(merged.meta["ranks"], ranks):
+        log = p.meta.collectives
+        want = max(max(e["end"]) for e in log if e.get("end")) - min(min(e["start"]) for e in log if e.get("start"))
+        assert want > 0 and entry["collective_span"] == want
+
+
+def test_an_input_without_phases_joins_as_steady_state(ranks) -> None:
+    """One input with phase tables is enough for the merge to have them: an input recorded
+    without phases (here a profile made by hand) is all steady state, its GPU time included."""
+    from conftest import synthetic_profile
+
+    from dlpt.frames import Frame
+
+    plain = synthetic_profile([([Frame("python", "step (t.py:3)", "t.py", 3, "step"), Frame("kernel", "k")], 777)])
+    assert plain.phases is None and ranks[0].phases is not None
+    m = merge_profiles([ranks[0], plain], as_ranks=True)
+    assert m.phases is not None
+    got = _per_phase(m.phases)
+    want = _per_phase(phase_profile_rows(ranks[0]))
+    assert got["steady"][COL["gpu_time"]] == want["steady"][COL["gpu_time"]] + 777
+    assert sum(v[COL["gpu_time"]] for v in got.values()) == int(m.cct.inclusive[0, COL["gpu_time"]])
