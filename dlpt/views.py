@@ -159,9 +159,8 @@ def no_group_label(cct: CCT, frames: list[Frame], owner: np.ndarray, by: str) ->
     base = NO_GROUP[by]
     if by not in ("line", "function", "file") or len(cct) == 0:
         return base
+    # (The root is always among them: its group is -1. With none at all, `sums` below is empty.)
     none = np.flatnonzero(owner < 0)
-    if len(none) == 0:
-        return base
     # The top-level ancestor of each node: in preorder, the last depth-1 node at or before it.
     idx = np.arange(len(cct))
     top = np.maximum.accumulate(np.where(cct.depth == 1, idx, 0))
