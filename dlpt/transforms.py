@@ -42,9 +42,9 @@ def collapse(profile: Profile, hidden_frames: np.ndarray) -> Profile:
     Metric totals are unchanged."""
     cct = profile.cct
     hide = np.asarray(hidden_frames, dtype=bool)[cct.frame]
-    hide[0] = False
     # A frame with no caller to take its time (under the root, or a rank's node) stays: what runs
-    # before a program's first line (an import's tokenizing) is shown where it is.
+    # before a program's first line (an import's tokenizing) is shown where it is. The root stays
+    # by the same line: its "parent" (`max(-1, 0)`) is itself, a `root` frame.
     top = np.fromiter((f.kind in ("root", "rank") for f in profile.frames), dtype=bool, count=len(profile.frames))
     hide &= ~top[cct.frame[np.maximum(cct.parent, 0)]]
     if not hide.any():
@@ -124,7 +124,7 @@ def def_line_mask(profile: Profile) -> np.ndarray:
         lines = split.get(f.file)
         if lines is None:
             lines = split[f.file] = profile.sources[f.file].splitlines()
-        out[i] = 0 < f.line <= len(lines) and bool(_DEF.match(lines[f.line - 1]))
+        out[i] = f.line <= len(lines) and bool(_DEF.match(lines[f.line - 1]))  # has_source: line > 0
     return out
 
 
