@@ -4,6 +4,7 @@ the named rows, the timeline and the summary every viewer reads."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -324,3 +325,28 @@ def test_an_interval_cut_to_nothing_is_not_counted_again_on_another_clock():
     res = blame(2, {0: (0, 100)}, {0: (_a([0]), _a([10]))}, _a([500, 550]), _a([600, 600]), _a([1, 1]), _a([0, 0]))
     assert res.skipped == {idle.OVERLAP_HOST: 1, idle.HOST_CLOCK: 1}
     assert res.per_node.tolist() == [0, 0] and res.totals()["unattributed"] == 90
+
+
+@pytest.mark.parametrize("ht, hs, he, want", [
+    ([0, 0, 1], [0, 10, 0], [10, 20, 5], True),  # one after another (touching), a new thread from 0
+    ([0, 1], [10, 0], [20, 5], True),  # a later thread may start earlier
+    ([0, 0, 0], [0, 10, 20], [5, 15, 25], True),
+    ([0, 0], [0, 5], [10, 20], False),  # overlapping the one before
+    ([0, 0, 0], [0, 10, 12], [5, 15, 20], False),  # overlapping the one before, not the first
+    ([0, 0], [5, 5], [5, 9], False),  # equal starts (a zero-length one first)
+    ([0, 0, 0], [0, 10, 10], [5, 10, 12], False),  # equal starts, not the first
+    ([1, 0], [0, 0], [1, 1], False),  # threads out of order
+    ([0, 2, 1], [0, 0, 0], [1, 1, 1], False),  # out of order after the first
+])
+def test_sorted_disjoint_is_what_the_sort_would_leave_alone(ht, hs, he, want) -> None:
+    """The shortcut that skips sorting host intervals (`_disjoint_per_thread`): true only where
+    the intervals are in (thread, start) order, starts strictly increasing on a thread, each
+    starting no earlier than the previous one of its thread ends; each case by hand. Written for
+    the eight mutants of the check that the whole-module run left alive (docs/MUTATION.md)."""
+    from dlpt.idle import _disjoint_per_thread, _sorted_disjoint
+
+    a = [np.asarray(x, dtype=np.int64) for x in (hs, he, ht)]
+    assert _sorted_disjoint(*a) is want
+    order, starts, cut = _disjoint_per_thread(*a)
+    # Where it holds, the order is as given and nothing is cut; the sort would leave it so too.
+    assert (order is None) == want and (not want or (cut == 0 and np.array_equal(starts, a[0])))
