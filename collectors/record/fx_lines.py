@@ -204,7 +204,8 @@ def _lowering_node() -> str | None:
     from torch._inductor.virtualized import V
 
     n = getattr(V.graph, "current_node", None)
-    return n.name if getattr(n, "op", None) == "call_function" and isinstance(n.name, str) else None
+    name = getattr(n, "name", None)
+    return name if getattr(n, "op", None) == "call_function" and isinstance(name, str) else None
 
 
 def per_op(patched: list[tuple[Any, str, Any]]) -> None:
