@@ -368,3 +368,18 @@ def test_the_diagnosis_names_the_hot_kernels_limiter(prof: dlpt.Profile) -> None
     assert f.share is not None and 0.005 < f.share < 0.05
     other = dlpt.load(str(DATA / "gpu_nanogpt_b8.dlpt"))
     assert not [f for f in findings(other) if f.rule == "kernel-stalls"]  # no samples, no verdict
+
+
+def test_the_fused_nodes_detail_says_samples_follow_the_lines_they_hit() -> None:
+    """`dlpt view`'s detail pane of a `[fused K]` node in the H200 recording with the codegen map:
+    time by work shares, and PC samples by the generated lines they hit, with how many."""
+    from dlpt.viewers.tui.detail import fused_note
+
+    p = dlpt.load(str(DATA / "gpu_pc_inductor.dlpt"))
+    split = int(p.meta.compiled_provenance["pc_sample_lines_split_by_line"])
+    fused = [i for i in range(len(p.cct)) if p.frame_of(i).name.startswith("[fused ")]
+    # every sampled line that carried a tag was split by it: the tags the recording kept
+    assert split == sum(len(v) for v in p.meta.pc_sampling["fx_lines"].values()) > 0 and fused
+    note = fused_note(p, fused[0], "pc_samples")
+    assert f"PC samples: split by the generated lines they hit, each to the FX node of the op that wrote it ({split} " \
+           "sampled lines in this recording)" in note.replace("\n", " "), note

@@ -45,9 +45,9 @@ def fx_lines_of(meta: Any) -> dict[str, dict[int, list[str]]]:
 def line_weights(contrib: Contributions, names: list[str], file: str = "") -> list[int] | None:
     """Integer weights over a unit's paths for a sample on a line that nodes `names` wrote: each
     path keeps the work share of the traces of those nodes it was made from, and nothing of the
-    others. A line written under a scheduler node that fused a whole chain of ops (all of the
-    chain's FX nodes in its tag) so splits as the work shares do among that chain's lines; lines
-    of different scheduler nodes go to different lines. None where no path has one (the line then
+    others. A line tagged with one op's FX node goes to that op's lines alone; one tagged with a
+    scheduler node's names (written outside any one op) splits as the work shares do among
+    those nodes' lines. None where no path has one (the line then
     keeps the unit's work shares). Where a unit may be one of several kernels (same-named
     kernels of several graphs, in a CUDA-graph replay), only those whose own source file is the
     sampled `file` count."""

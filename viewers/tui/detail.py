@@ -226,7 +226,7 @@ def fused_note(profile: Profile, node: int, metric: str = "gpu_time") -> str:
     by_line = int((profile.meta.compiled_provenance or {}).get("pc_sample_lines_split_by_line") or 0)
     samples = ""
     if by_line and metric in PC_METRICS:
-        samples = (f"\nPC samples: split by the generated lines they hit, each by the FX nodes that wrote it "
+        samples = (f"\nPC samples: split by the generated lines they hit, each to the FX node of the op that wrote it "
                    f"({by_line} sampled lines in this recording); untagged lines by the shares above")
     return (f"compiled kernel {head}: {fmt_metric(metric, total)} in all, shared between the source lines "
             f"it was generated from ({len(same)} placements): {', '.join(lines) or '?'}"
