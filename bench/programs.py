@@ -169,10 +169,10 @@ class Programs:
         self.budget = rl.Budget(a.budget)
         self.configs = rl.parse_configs(a.configs)
         self.env = dict(kv.split("=", 1) for kv in a.env)  # for every configuration alike
-        self.res: dict[str, Any] = {"gpu": rl.gpu_name(), "configs": [c[0] for c in self.configs], "programs": {}}
+        self.res: dict[str, Any] = {"gpu": rl.gpu_name(), "configs": [c[0] for c in self.configs],
+                                    "processes_at_once": max(a.gpus, 1), "programs": {}}
         self.tables: list[str] = []
         self.lock = threading.Lock()  # --gpus: the turns, the results and programs.json are shared
-        self.res["processes_at_once"] = max(a.gpus, 1)
 
     def one(self, name: str, label: str, mode: str, env: dict[str, str], i: int, gpu: int | None = None) -> float | None:
         p = PROGRAMS[name]

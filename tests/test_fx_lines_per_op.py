@@ -50,36 +50,46 @@ def _patched_attrs():
         (LightTracer, "create_node"), (InterpreterShim, "run_node"))]
 
 
+def _compile_tagged(x, owner, attr: str, observer):
+    """`torch.compile(_chain)(x)` with the tagging installed and `owner.attr` replaced, while it
+    compiles, by `observer(the hooked attribute)`; every attribute is restored after."""
+    from torch._inductor import config
+
+    undo = fx_lines.tag_kernel_lines()
+    assert undo is not None
+    hooked = getattr(owner, attr)
+    try:
+        setattr(owner, attr, observer(hooked))
+        torch._dynamo.reset()
+        with config.patch({"fx_graph_cache": False, "force_disable_caches": True}):
+            return torch.compile(_chain)(x)
+    finally:
+        setattr(owner, attr, hooked)
+        undo()
+        torch._dynamo.reset()
+
+
 def _compile_and_watch():
     """Compile `_chain` with the tagging installed; (each C++ kernel line, the FX node open when it
     was written), the post-grad FX nodes by name, eager and compiled outputs."""
-    from torch._inductor import config
     from torch._inductor.utils import IndentedBuffer
     from torch._inductor.virtualized import V
 
     before = _patched_attrs()
-    undo = fx_lines.tag_kernel_lines()
-    assert undo is not None
-    writeline, seen, nodes = IndentedBuffer.writeline, [], {}
+    seen, nodes = [], {}
 
-    def watch(self, line):  # the observer only: Inductor's own path runs on underneath
-        if isinstance(line, str) and line.strip():
-            seen.append((line.strip(), fx_lines.op_origin()))
-            graph = getattr(V.graph, "graph", None)
-            if isinstance(graph, torch.fx.Graph):
-                nodes.update((n.name, n) for n in graph.nodes)
-        writeline(self, line)
+    def observer(writeline):
+        def watch(self, line):  # the observer only: Inductor's own path runs on underneath
+            if isinstance(line, str) and line.strip():
+                seen.append((line.strip(), fx_lines.op_origin()))
+                graph = getattr(V.graph, "graph", None)
+                if isinstance(graph, torch.fx.Graph):
+                    nodes.update((n.name, n) for n in graph.nodes)
+            writeline(self, line)
+        return watch
 
     x = torch.randn(8, 33)
-    try:
-        IndentedBuffer.writeline = watch
-        torch._dynamo.reset()
-        with config.patch({"fx_graph_cache": False, "force_disable_caches": True}):
-            got = torch.compile(_chain)(x)
-    finally:
-        IndentedBuffer.writeline = writeline
-        undo()
-        torch._dynamo.reset()
+    got = _compile_tagged(x, IndentedBuffer, "writeline", observer)
     assert _patched_attrs() == before  # every attribute back, inherited ones deleted again
     return seen, nodes, _chain(x), got
 
@@ -131,27 +141,17 @@ def test_each_op_is_generated_under_the_fx_node_it_was_lowered_from(watched):
 def test_a_triton_kernels_lines_carry_their_own_ops_fx_node():
     """On a GPU the same origins become the comments: each line of the fused kernel names the FX
     node of the op that wrote it, and the kernel still compiles and runs."""
-    from torch._inductor import config
     from torch._inductor.codegen.triton import TritonKernel
 
     sources, x = [], torch.randn(8, 33, device="cuda")
-    undo = fx_lines.tag_kernel_lines()
-    assert undo is not None
-    codegen = TritonKernel.codegen_kernel  # the hook's (it strips tags a kernel cannot parse with)
 
-    def keep(self, *args, **kwargs):
-        sources.append(codegen(self, *args, **kwargs))
-        return sources[-1]
+    def observer(codegen):  # the hook's (it strips tags a kernel cannot parse with)
+        def keep(self, *args, **kwargs):
+            sources.append(codegen(self, *args, **kwargs))
+            return sources[-1]
+        return keep
 
-    try:
-        TritonKernel.codegen_kernel = keep
-        torch._dynamo.reset()
-        with config.patch({"fx_graph_cache": False, "force_disable_caches": True}):
-            got = torch.compile(_chain)(x)
-    finally:
-        TritonKernel.codegen_kernel = codegen
-        undo()
-        torch._dynamo.reset()
+    got = _compile_tagged(x, TritonKernel, "codegen_kernel", observer)
     torch.testing.assert_close(got, _chain(x))
     tags = {text.split(fx_lines.TAG)[0].strip(): fx_lines.line_names(text)
             for src in sources for text in src.splitlines() if fx_lines.TAG in text}
