@@ -37,6 +37,10 @@
 #include "peek.h"      // the main thread's frames read without the GIL, for the sampler
 #include "trie.h"      // the trie, per-thread state, backward links
 
+#include <pthread.h>  // pthread_atfork: a forked child records nothing (after_fork_in_child)
+
+#include <new>
+
 namespace {
 
 // ----- the RecordFunction callback -----
@@ -205,6 +209,7 @@ std::string switch_on(bool device, bool host) {
 // device side is on (or was not asked for), else why it could not start.
 std::string start(bool device, bool gil_frames, bool host, const std::string& diag, int64_t sample_ns,
                   int64_t phase) {
+  g_collector.forked.store(false);  // a recording started in a forked child is the child's own
   g_collector.diag.noop = diag.find("noop") != std::string::npos;
   g_collector.diag.no_callbacks = diag.find("nocallbacks") != std::string::npos;
   g_collector.diag.no_activities = diag.find("noactivities") != std::string::npos;
@@ -277,9 +282,54 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   return switch_on(device, host);
 }
 
+// ----- fork -----
+// A program that forks while recording (DataLoader workers, multiprocessing's fork pools, a
+// bare os.fork) gets a child with one thread, the one that called fork(). A mutex of the
+// collector's that another thread held at that moment (the sampler's, CUPTI's activity thread's,
+// which holds leaf_mu per buffer, a snapshot's) stays locked in the child for good, and the
+// child's first op that interns a new frame would wait on it: a DataLoader worker hangs, and
+// its parent waits for the batch without end. The child records nothing: what it recorded would
+// end with it (workers leave by os._exit), and the profile is the parent's. So fork() runs this
+// in the child before returning there: the op callback returns at once from then on, the device
+// and memory sides are off, every mutex and condition variable is made anew (none of them is
+// held by a thread of the child), and the parent's threads, which do not exist in the child,
+// are forgotten rather than joined. The Python side neither stops nor saves in the child
+// (collectors/record/recording.py).
+void after_fork_in_child() {
+  g_collector.forked.store(true);
+  g_collector.diag.noop = true;  // on_enter/on_exit return before they touch any state
+  g_collector.host_on.store(false);
+  for (std::mutex* m : {&g_trie.mu, &g_trie.phase_mu, &g_trie.threads_mu, &g_trie.seq_mu, &g_host.mu,
+                        &g_host.sampler_mu, &g_host.coll.mu, &g_host.coll_k.mu, &g_device.leaf_mu})
+    new (m) std::mutex();
+  new (&g_host.sampler_cv) std::condition_variable();
+  new (&g_host.gil_cv) std::condition_variable();
+  g_host.sampler = nullptr;  // the thread objects are left as they are: destroying one would end the process
+  g_host.gil_worker = nullptr;
+  g_host.peek_on.store(false);
+#if defined(DLPT_CUPTI)
+  g_device.on.store(false);
+  for (std::mutex* m : {&g_device.cupti_mu, &g_device.graph_mu, &g_memory.mu, &g_pcs.mu}) new (m) std::mutex();
+  g_memory.on.store(false);
+#endif
+}
+
+// For tests (tests/test_fork.py): a thread that holds the trie's, the host side's and the
+// leaves' mutexes for `seconds`, as the sampler or CUPTI's activity thread may hold them at the
+// moment the program forks. std::scoped_lock takes them without an order of its own, so it
+// cannot deadlock with a thread that takes two of them in the collector's.
+void hold_locks(double seconds) {
+  std::thread([seconds] {
+    std::scoped_lock lk(g_trie.mu, g_host.mu, g_device.leaf_mu);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }).detach();
+}
+
 // Everything off: the callback removed (the rest of the program runs at unprofiled speed),
-// CUPTI's activities flushed into the trie and disabled.
+// CUPTI's activities flushed into the trie and disabled. In a forked child, nothing: its
+// recording was never on (after_fork_in_child).
 void stop() {
+  if (g_collector.forked.load()) return;
   host_stop();
 #if defined(DLPT_CUPTI)
   memory_stop();
@@ -581,6 +631,7 @@ py::dict stats() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dlpt's online collector: RecordFunction + CUPTI into a calling-context trie";
+  pthread_atfork(nullptr, nullptr, after_fork_in_child);  // once per process: the module loads once
   m.def("start", &start, py::arg("device"), py::arg("gil_frames") = false, py::arg("host") = true,
         py::arg("diag") = "", py::arg("sample_ns") = 1000000, py::arg("phase") = -1);
   m.def("set_phase", &set_phase);
@@ -599,6 +650,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
   m.def("pc_samples", &pc_samples);
+  m.def("hold_locks", &hold_locks, py::arg("seconds"));  // tests only
   // The numbers the Python side decodes snapshots with (collectors/record/native.py checks
   // them at load time): node kinds, activity kinds, columns of a leaf row.
   m.def("constants", [] {

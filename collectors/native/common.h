@@ -83,6 +83,9 @@ struct CollectorState {
   std::atomic<int64_t> backward_ctx{-1};  // the running backward() call's context
   std::atomic<int64_t> bw_unrecorded{0};  // backward() calls running now with RecordFunction off
   std::atomic<uint64_t> bw_calls{0};      // backward() calls begun: a new one may place nodes anew
+  // This process is a child forked while recording (collector.cpp, after_fork_in_child): it
+  // records nothing and stops nothing.
+  std::atomic<bool> forked{false};
 };
 CollectorState g_collector;
 

@@ -144,8 +144,8 @@ class Recording:
         from dlpt.store import save
 
         rec, self.recorder = self.recorder, None
-        if rec is None:
-            return status
+        if rec is None or rec.in_forked_child():
+            return status  # a child the program forked: the profile is its parent's to save
         if not self.owns_process:
             self.result = rec.stop()
             # The Python API hands the profile back whatever it holds (the caller may look at an
@@ -223,6 +223,8 @@ class Recording:
         its `finally` blocks or exit handlers, and neither does it here. Dying by the signal
         (not exit 143) is what a wrapper like `time` or `timeout` passes on: the parent — a
         shell, a batch scheduler — sees "terminated by SIGTERM" as it would without dlpt."""
+        if self.recorder is not None and self.recorder.in_forked_child():
+            die_by_signal(signum)  # a child the program forked (a DataLoader worker ended by its parent)
         try:
             sys.stdout.flush()
         except (OSError, ValueError):

@@ -112,8 +112,16 @@ class Recorder:
         self._lock = threading.Lock()  # one snapshot or final build at a time
         self._stop_snap = threading.Event()
         self._snap_thread: int | None = None
+        self.pid = os.getpid()
 
     # ----- lifecycle -----
+
+    def in_forked_child(self) -> bool:
+        """Whether this is a child the program forked while recording (a DataLoader worker, a
+        fork pool's process): the collector is off there (collector.cpp, after_fork_in_child),
+        and the recording, its threads and its profile are the parent's, so the child neither
+        switches on, stops nor saves."""
+        return os.getpid() != self.pid
 
     def start(self) -> None:
         global _ACTIVE
@@ -164,6 +172,8 @@ class Recorder:
 
     def step(self, explicit: bool = False) -> None:
         """One training step finished: switch the collector on at step A, off at step B."""
+        if self.in_forked_child():
+            return
         if explicit and not self.explicit_steps:
             self.explicit_steps = True
         elif not explicit and self.explicit_steps:

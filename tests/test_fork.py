@@ -1,0 +1,161 @@
+"""Programs that fork while `dlpt record` records them: DataLoader workers, fork pools, a bare
+os.fork. The child has one thread, the one that forked; a collector mutex another thread held
+at that moment stays locked there for good. The child records nothing, never waits on such a
+lock, neither stops nor saves the recording, and ends with the status it would have had
+without dlpt; the profile is the parent's (collectors/native/collector.cpp after_fork_in_child,
+collectors/record/recording.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_record import line_of, lines_with_time  # noqa: E402
+
+import dlpt  # noqa: E402
+
+
+def record(tmp: Path, script: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    (tmp / "prog.py").write_text(textwrap.dedent(script))
+    return subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "run.dlpt", "prog.py"], cwd=tmp,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def saves(stderr: str) -> int:
+    return sum(1 for ln in stderr.splitlines() if ln.startswith("dlpt: profile saved to"))
+
+
+def test_a_child_forked_while_another_thread_holds_the_collectors_locks_runs_on(tmp_path: Path) -> None:
+    """The sampler and CUPTI's activity thread hold the trie's and the leaves' mutexes for short
+    stretches; the collector's `hold_locks` holds them from a thread of its own while the program
+    forks. Without the fork handler the child's first op, which interns its new frames, waits on
+    the trie's mutex forever (measured: the child hung until killed)."""
+    r = record(tmp_path, """\
+        import os, sys, time, torch
+        from dlpt.collectors.record import session
+
+        def child_work():
+            return float(torch.ones(8).mul(2).sum())  # CHILD
+
+        def parent_work():
+            y = torch.ones(8)
+            for _ in range(50):
+                y = y.mul(1.0)  # PARENT
+            return y
+
+        parent_work()
+        session._ACTIVE.mod.hold_locks(3.0)
+        time.sleep(0.3)  # the holding thread has them now
+        pid = os.fork()
+        if pid == 0:
+            child_work()
+            os._exit(7)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("child", os.waitstatus_to_exitcode(status), flush=True)
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            print("child hung", flush=True)
+        parent_work()
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "child 7" in r.stdout, r.stdout + r.stderr
+    assert saves(r.stderr) == 1, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = lines_with_time(prof, "prog.py")
+    assert lines.get(line_of(tmp_path, "prog.py", "# PARENT"), 0) > 0, lines
+    assert line_of(tmp_path, "prog.py", "# CHILD") not in lines, lines
+
+
+def test_a_child_that_ends_as_a_script_does_neither_stops_nor_saves_the_parents_recording(tmp_path: Path) -> None:
+    """A child that leaves by sys.exit (or the end of the script) returns through `dlpt record`'s
+    own frames. Before: it stopped the parent's collector (joining a sampler thread the child does
+    not have: the child died by SIGSEGV) and saved its own profile to the parent's path, which the
+    parent then overwrote, or the reverse when the child ended last."""
+    r = record(tmp_path, """\
+        import os, sys, time, torch
+
+        x = torch.ones(16)
+        for _ in range(100):
+            x = x.mul(1.0)  # BEFORE
+        pid = os.fork()
+        if pid == 0:
+            torch.ones(4).sum()  # CHILD
+            time.sleep(0.5)  # ends after the parent has saved: a save of its own would replace the parent's
+            sys.exit(5)
+        for _ in range(100):
+            x = x.add(1.0)  # AFTER
+        print("parent done", flush=True)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert saves(r.stderr) == 1, r.stderr
+    assert "Segmentation" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = lines_with_time(prof, "prog.py")
+    assert lines.get(line_of(tmp_path, "prog.py", "# AFTER"), 0) > 0, lines
+    assert line_of(tmp_path, "prog.py", "# CHILD") not in lines, lines
+
+
+def test_a_childs_exit_status_is_what_it_would_be_without_dlpt(tmp_path: Path) -> None:
+    script = """\
+        import os, sys, torch
+
+        torch.ones(4).sum()
+        pid = os.fork()
+        if pid == 0:
+            torch.ones(4).mul(3).sum()
+            sys.exit(5)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+    """
+    (tmp_path / "plain.py").write_text(textwrap.dedent(script))
+    plain = subprocess.run([sys.executable, "plain.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = record(tmp_path, script)
+    assert plain.stdout.strip() == "child 5", plain.stdout + plain.stderr
+    assert r.stdout.strip() == plain.stdout.strip(), r.stdout + r.stderr
+    assert r.returncode == 0 and saves(r.stderr) == 1, r.stderr
+
+
+def test_dataloader_workers_forked_while_recording(tmp_path: Path) -> None:
+    """A DataLoader with fork-started workers, torch ops in the workers' `__getitem__`: every
+    batch arrives, the workers' ops are not in the profile (they ran in other processes), the
+    parent's are."""
+    r = record(tmp_path, """\
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Items(Dataset):
+            def __len__(self):
+                return 64
+
+            def __getitem__(self, i):
+                return torch.full((16,), float(i)).sin()  # WORKER
+
+        if __name__ == "__main__":
+            total = 0.0
+            for epoch in range(3):  # new workers each epoch: three forks of two
+                loader = DataLoader(Items(), batch_size=8, num_workers=2, multiprocessing_context="fork")
+                for batch in loader:
+                    total += float(batch.cos().sum())  # STEP
+            print("batches done", round(total, 3), flush=True)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "batches done" in r.stdout, r.stdout + r.stderr
+    assert saves(r.stderr) == 1, r.stderr
+    prof = dlpt.load(str(tmp_path / "run.dlpt"))
+    lines = lines_with_time(prof, "prog.py")
+    assert lines.get(line_of(tmp_path, "prog.py", "# STEP"), 0) > 0, lines
+    assert line_of(tmp_path, "prog.py", "# WORKER") not in lines, lines
+    assert os.path.getsize(tmp_path / "run.dlpt") > 0
