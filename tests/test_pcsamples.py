@@ -253,9 +253,34 @@ def test_compiled_kernel_samples_follow_the_lines_they_sampled() -> None:
     alone (FX_LINE, by hand); a line no op wrote (the index and mask arithmetic) keeps the work
     shares, heavy : light : return = 10 : 1 : 1 by the bytes each line's nodes move. So the samples
     read heavy 96.7%, where the work shares alone said 83.3%. This holds what the recorder produced
-    on the GPU (tags, provenance, the split at record end) against the model's code read by hand;
-    the split itself is tested on profiles built by hand in tests/test_sample_lines.py."""
-    p = dlpt.load(str(DATA / "gpu_pc_inductor.dlpt"))
+    on the GPU (tags, provenance, the split at record end) against the model's code read by hand."""
+    _samples_follow_the_lines_they_sampled(dlpt.load(str(DATA / "gpu_pc_inductor.dlpt")))
+
+
+def test_compiled_kernel_samples_split_again_from_the_raw_recording() -> None:
+    """The same H200 run's tree as recorded, before the model's pure transformation
+    (`DLPT_RECORDED_OUT`: the raw tree with its provenance, FX tags included), split again here
+    by `attribute_compiled`: the result holds against the model's code read by hand, as the
+    recorder's own did, and puts the same samples on the same model lines as the recorder did at
+    record end (tests/data/gpu_pc_inductor.dlpt, the same process). So a change to the split
+    (dlpt/compiled/) is judged on real GPU samples, not only on hand-built profiles
+    (tests/test_sample_lines.py)."""
+    from dlpt.compiled.fused import attribute_compiled
+    from dlpt.compiled.provenance import Provenance
+
+    raw = dlpt.load(str(DATA / "gpu_pc_inductor_raw.dlpt"))
+    assert raw.meta.provenance and raw.meta.compiled_provenance is None  # not yet attributed
+    out = attribute_compiled(raw, Provenance.from_dict(raw.meta.provenance))
+    mine = _samples_follow_the_lines_they_sampled(out)
+    recorded = _samples_follow_the_lines_they_sampled(dlpt.load(str(DATA / "gpu_pc_inductor.dlpt")))
+    assert mine == recorded
+    # the transformation moves samples, it makes none
+    col = COL["pc_samples"]
+    assert out.cct.exclusive[:, col].sum() == raw.cct.exclusive[:, col].sum()
+
+
+def _samples_follow_the_lines_they_sampled(p: dlpt.Profile) -> dict[int, int]:
+    """The checks of the two tests above on one profile; its samples per model line."""
     (src,) = [t for f, t in p.sources.items() if f.endswith("pc_inductor.py")]
     line_of = {m: next(i for i, t in enumerate(src.splitlines(), 1) if m in t) for m in set(FX_LINE.values())}
     ((kfile, tags),) = p.meta.pc_sampling["fx_lines"].items()
@@ -291,6 +316,7 @@ def test_compiled_kernel_samples_follow_the_lines_they_sampled() -> None:
     total = sum(by_line.values())
     assert set(by_line) == {heavy, light, ret}  # the view line: none
     assert by_line[heavy] / total > 0.95 and by_line[light] / total < 0.01
+    return by_line
 
 
 def test_shares_keep_the_parts_adding_up() -> None:
