@@ -79,12 +79,15 @@ def test_a_child_forked_while_another_thread_holds_the_collectors_locks_runs_on(
     assert line_of(tmp_path, "prog.py", "# CHILD") not in lines, lines
 
 
-def test_a_child_that_ends_as_a_script_does_neither_stops_nor_saves_the_parents_recording(tmp_path: Path) -> None:
+def test_a_child_that_ends_as_a_script_does_ends_as_without_dlpt_and_leaves_the_profile_to_its_parent(
+        tmp_path: Path) -> None:
     """A child that leaves by sys.exit (or the end of the script) returns through `dlpt record`'s
     own frames. Before: it stopped the parent's collector (joining a sampler thread the child does
-    not have: the child died by SIGSEGV) and saved its own profile to the parent's path, which the
-    parent then overwrote, or the reverse when the child ended last."""
-    r = record(tmp_path, """\
+    not have: the child died by SIGSEGV, status -11 where the program's own is 5) and saved a
+    profile of its own to the parent's path, which the parent then overwrote, or the reverse when
+    the child ended last. Two children: one the parent waits for (its status), one that ends
+    after the parent has saved (a save of its own would replace the parent's)."""
+    script = """\
         import os, sys, time, torch
 
         x = torch.ones(16)
@@ -92,40 +95,30 @@ def test_a_child_that_ends_as_a_script_does_neither_stops_nor_saves_the_parents_
             x = x.mul(1.0)  # BEFORE
         pid = os.fork()
         if pid == 0:
-            torch.ones(4).sum()  # CHILD
-            time.sleep(0.5)  # ends after the parent has saved: a save of its own would replace the parent's
+            torch.ones(4).mul(3).sum()  # CHILD
             sys.exit(5)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        if os.environ.get("LATE_CHILD") and os.fork() == 0:
+            torch.ones(4).sum()  # CHILD
+            time.sleep(0.5)
+            sys.exit(0)
         for _ in range(100):
             x = x.add(1.0)  # AFTER
-        print("parent done", flush=True)
-    """)
+    """
+    (tmp_path / "plain.py").write_text(textwrap.dedent(script))
+    plain = subprocess.run([sys.executable, "plain.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain.stdout.strip() == "child 5", plain.stdout + plain.stderr
+    (tmp_path / "prog.py").write_text(textwrap.dedent(script))
+    r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "run.dlpt", "prog.py"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=240, env={**os.environ, "LATE_CHILD": "1"})
     assert r.returncode == 0, r.stderr
-    assert saves(r.stderr) == 1, r.stderr
-    assert "Segmentation" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.strip() == plain.stdout.strip(), r.stdout + r.stderr
+    assert saves(r.stderr) == 1 and "Traceback" not in r.stderr, r.stderr
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
     lines = lines_with_time(prof, "prog.py")
     assert lines.get(line_of(tmp_path, "prog.py", "# AFTER"), 0) > 0, lines
     assert line_of(tmp_path, "prog.py", "# CHILD") not in lines, lines
-
-
-def test_a_childs_exit_status_is_what_it_would_be_without_dlpt(tmp_path: Path) -> None:
-    script = """\
-        import os, sys, torch
-
-        torch.ones(4).sum()
-        pid = os.fork()
-        if pid == 0:
-            torch.ones(4).mul(3).sum()
-            sys.exit(5)
-        _, status = os.waitpid(pid, 0)
-        print("child", os.waitstatus_to_exitcode(status), flush=True)
-    """
-    (tmp_path / "plain.py").write_text(textwrap.dedent(script))
-    plain = subprocess.run([sys.executable, "plain.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    r = record(tmp_path, script)
-    assert plain.stdout.strip() == "child 5", plain.stdout + plain.stderr
-    assert r.stdout.strip() == plain.stdout.strip(), r.stdout + r.stderr
-    assert r.returncode == 0 and saves(r.stderr) == 1, r.stderr
 
 
 def test_dataloader_workers_forked_while_recording(tmp_path: Path) -> None:
