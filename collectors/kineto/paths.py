@@ -33,6 +33,15 @@ _UNDER = 0  # the dependency's node: its parent span
 _BWD = 1  # `[backward]` under the dependency's node: a forward op, a waiting `run_backward`
 _THREAD = 2  # a thread node under the dependency's node, or under the base without one
 _BASE = 3  # the base itself: a top-level span of a Python thread
+# A frame code where there is none: a launch's (it adds no frame), and the thread node's of a
+# span not placed under one (never read). Codes are never negative.
+NO_FRAME = -1
+# A span's path before its level of the dependency forest is reached: every span's is set by
+# the end, or the trace is given up (its dependencies loop). Paths are never negative.
+NO_PATH = -1
+# A path's tree node before it is made. Node ids are never negative, so tests of a node against
+# this value say only "made or not", exactly.
+UNMADE = -1
 
 
 class _HashCons:
@@ -89,7 +98,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
         some[pair] = np.arange(n)  # a span of each pair present
         present = np.zeros(len(some), dtype=bool)
         present[pair] = True
-        pcode = np.full(len(some), -1, dtype=I64)
+        pcode = np.full(len(some), NO_FRAME, dtype=I64)
         for p, i in zip(np.flatnonzero(present).tolist(), some[present].tolist()):
             k, nm = p % 8, name[i]
             if k != LAUNCH:
@@ -100,7 +109,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
     # Each span's dependency and how its context comes from it.
     dep = np.array(spans.parent, dtype=I64)  # a copy: links and thread anchors go in
     how = np.zeros(n, dtype=np.int8)
-    tcode = np.full(n, -1, dtype=I64)
+    tcode = np.full(n, NO_FRAME, dtype=I64)
     if fwd_of:
         fj = np.fromiter(fwd_of.keys(), dtype=I64, count=len(fwd_of))
         dep[fj] = np.fromiter(fwd_of.values(), dtype=I64, count=len(fwd_of))
@@ -124,7 +133,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
 
     # The dependency forest, a level at a time: children of each span in a CSR layout.
     paths = _HashCons(len(frames))
-    path_of = np.full(n, -1, dtype=I64)
+    path_of = np.full(n, NO_PATH, dtype=I64)
     has_dep = np.flatnonzero(dep >= 0)
     by_dep = has_dep[np.argsort(dep[has_dep], kind="stable")]
     n_children = np.bincount(dep[has_dep], minlength=n)
@@ -144,7 +153,7 @@ def span_paths(spans: _Spans, fwd_of: dict[int, int],
             anchor = np.where(d[sel] >= 0, path_of[np.maximum(d[sel], 0)], 0)
             ctx[sel] = paths.children(anchor, tcode[level[sel]])
         fc = fcode[level]
-        own = np.flatnonzero(fc >= 0)  # a launch adds no frame: its context's path is its own
+        own = np.flatnonzero(fc != NO_FRAME)  # a launch adds no frame: its context's path is its own
         path_of[level] = ctx
         path_of[level[own]] = paths.children(ctx[own], fc[own])
         # The next level: the spans that depend on this one's.
@@ -171,7 +180,7 @@ class PathNodes:
         self._frames = frames
         self._builder = builder
         self._table = table
-        self._real = [-1] * len(parent)
+        self._real = [UNMADE] * len(parent)
         self._real[0] = base
         self._fid: dict[int, int] = {}
 
@@ -179,7 +188,7 @@ class PathNodes:
         """The node of path p, made with its missing ancestors, top-down."""
         real, parent = self._real, self._parent
         chain = []
-        while real[p] < 0:
+        while real[p] == UNMADE:
             chain.append(p)
             p = parent[p]
         nd = real[p]
@@ -195,20 +204,20 @@ class PathNodes:
     def node(self, i: int) -> int:
         p = int(self._path_of[i])
         nd = self._real[p]
-        return nd if nd >= 0 else self._make(p)
+        return nd if nd != UNMADE else self._make(p)
 
     def nodes(self, idx: np.ndarray) -> np.ndarray:
         """The nodes of spans idx (any order, repeats allowed); missing ones are made as asking
         for each span in ascending order would make them."""
         p = self._path_of[idx]
         real = np.asarray(self._real, dtype=I64)
-        if (real[p] < 0).any():
+        if (real[p] == UNMADE).any():
             s = np.sort(idx)
             ps = self._path_of[s]
-            ps = ps[real[ps] < 0]
+            ps = ps[real[ps] == UNMADE]
             uniq, first = np.unique(ps, return_index=True)
             for q in uniq[np.argsort(first)].tolist():
-                if self._real[q] < 0:
+                if self._real[q] == UNMADE:
                     self._make(q)
             real = np.asarray(self._real, dtype=I64)
         return real[p]

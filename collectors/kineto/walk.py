@@ -16,6 +16,10 @@ from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, python_frame
 if TYPE_CHECKING:
     from dlpt.collectors.kineto.link import _Spans, _Threads
 
+# A span's node before it is made. Node ids are never negative, so tests of a node against this
+# value say only "made or not", exactly.
+UNMADE = -1
+
 
 class SpanWalk:
     """The tree node of each host span's context, made on demand: a span's node is its frame
@@ -36,18 +40,21 @@ class SpanWalk:
         self._base = base
         self._bwd = frames.intern(BACKWARD_FRAME)
         n = len(self._kind_l)
-        self._node_of = [-1] * n
+        self._node_of = [UNMADE] * n
         # Spans whose node is being made: a backward link back into one of them is a loop.
         self._busy = [False] * n
         self._frame_cache: dict[tuple[int, str], int] = {}
         self._thread_node: dict[int, int] = {}
 
-    def _frame(self, i: int) -> int:
-        """Frame id of span i (memoised by kind and name), -1 for a launch."""
+    def _frame(self, i: int) -> int | None:
+        """Frame id of span i (memoised by kind and name), None for a launch (it adds no frame)."""
         k = self._kind_l[i]
         if k == LAUNCH:
-            return -1
-        name = self._name[i]
+            return None
+        return self._frame_id(k, self._name[i])
+
+    def _frame_id(self, k: int, name: str) -> int:
+        """Frame id of a span of kind k (not a launch) named name, memoised."""
         key = (k, name)
         f = self._frame_cache.get(key)
         if f is None:
@@ -67,7 +74,7 @@ class SpanWalk:
         """The node of span i, made with its ancestors' as needed."""
         node_of = self._node_of
         nd = node_of[i]
-        if nd >= 0:
+        if nd != UNMADE:
             return nd
         # The common case without the general walk: climb the parents (no backward link, not
         # top-level) up to one that has a node, then make the nodes on the way back down. It
@@ -78,27 +85,27 @@ class SpanWalk:
         j = i
         while j not in fwd_of:
             p = parent[j]
-            if p < 0:
+            if p < 0:  # top-level: the walk finds its context
+                nd = self._walk(j)
                 break
             chain.append(j)
             busy[j] = True
             nd = node_of[p]
-            if nd >= 0:
-                j = -1
+            if nd != UNMADE:
                 break
             j = p
-        if j >= 0:
+        else:  # a linked backward op: the walk follows its link
             nd = self._walk(j)
-        # `_frame`, inlined for the frames already interned: this loop makes most of the nodes.
+        # `_frame_id`, inlined for the frames already interned: this loop makes most of the nodes.
         child, kind_l, name, frame_cache = self._builder.child, self._kind_l, self._name, self._frame_cache
         for k in reversed(chain):
-            if node_of[k] >= 0:  # made meanwhile, through a link of a damaged trace
+            if node_of[k] != UNMADE:  # made meanwhile, through a link of a damaged trace
                 nd = node_of[k]
             else:
                 kk = kind_l[k]
                 if kk != LAUNCH:
                     fr = frame_cache.get((kk, name[k]))
-                    nd = child(nd, self._frame(k) if fr is None else fr)
+                    nd = child(nd, self._frame_id(kk, name[k]) if fr is None else fr)
                 node_of[k] = nd
             busy[k] = False
         return nd
@@ -109,7 +116,7 @@ class SpanWalk:
         has its node, `node` changes nothing); only they cost a Python call."""
         node_of = self._node_of
         have = np.asarray(node_of, dtype=np.int64)
-        miss = idx[have[idx] < 0]
+        miss = idx[have[idx] == UNMADE]
         if len(miss):
             node = self.node
             miss = np.sort(miss)
@@ -127,23 +134,23 @@ class SpanWalk:
         stack = [i]
         while stack:
             j = stack[-1]
-            if node_of[j] >= 0:
+            if node_of[j] != UNMADE:
                 stack.pop()
                 continue
             busy[j] = True
-            f = fwd_of.get(j, -1)
-            if f >= 0 and busy[f] and node_of[f] < 0:
-                f = -1  # a link that loops back on itself (damaged trace): ignore it
+            f = fwd_of.get(j)  # None: j is not linked to a forward op
+            if f is not None and busy[f] and node_of[f] == UNMADE:
+                f = None  # a link that loops back on itself (damaged trace): ignore it
                 del fwd_of[j]
-            if f >= 0:
-                if node_of[f] < 0:
+            if f is not None:
+                if node_of[f] == UNMADE:
                     stack.append(f)
                     continue
                 ctx = child(node_of[f], self._bwd)
             else:
                 p = parent[j]
                 if p >= 0:
-                    if node_of[p] < 0:
+                    if node_of[p] == UNMADE:
                         stack.append(p)
                         continue
                     ctx = node_of[p]
@@ -154,14 +161,14 @@ class SpanWalk:
                     else:
                         rb = threads.run_backward_around(t, self._start_l[j])
                         if rb >= 0:
-                            if node_of[rb] < 0:
+                            if node_of[rb] == UNMADE:
                                 stack.append(rb)
                                 continue
                             ctx = child(node_of[rb], self._bwd)
                         else:
                             ctx = self._thread_node_for(t)
             fr = self._frame(j)
-            node_of[j] = child(ctx, fr) if fr >= 0 else ctx
+            node_of[j] = ctx if fr is None else child(ctx, fr)
             busy[j] = False
             stack.pop()
         return node_of[i]
