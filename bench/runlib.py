@@ -187,6 +187,9 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
     The child's own peak RSS comes from wait4 (RUSAGE_CHILDREN would mix all children)."""
     e = dict(os.environ)
     e["PYTHONUNBUFFERED"] = "1"  # line times are only meaningful when lines are not held back
+    # A process that hangs is ended by SIGABRT first (below), which faulthandler turns into every
+    # thread's Python stack on stderr: a hang in a measured run says where it waited.
+    e.setdefault("PYTHONFAULTHANDLER", "1")
     e.update(env or {})
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -221,6 +224,12 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
                 pass
     w.join(max(timeout - (interrupt_after or 0), 1))
     timed_out = w.is_alive()
+    if timed_out:
+        try:
+            os.killpg(p.pid, signal.SIGABRT)  # the stacks of every Python process of the group
+        except (ProcessLookupError, PermissionError):
+            pass
+        w.join(10)
     # The whole group goes: on a timeout the program with it, and in any case what it left behind
     # (a dataloader worker outliving its parent) so that it cannot weigh on the next run.
     try:

@@ -55,3 +55,21 @@ def test_configurations_with_several_variables_split_on_semicolons() -> None:
         ("lean", "dlpt", {"DLPT_HOST": "0", "DLPT_SAMPLE_US": "0"}),
         ("torch.profiler-cuda", "torch.profiler-cuda", {}),
     ]
+
+
+def test_a_measured_run_that_hangs_says_where_it_waited(tmp_path: Path) -> None:
+    """A run past its time is ended by SIGABRT before SIGKILL, with faulthandler on: the log then
+    holds every thread's Python stack (an HF Trainer process under `dlpt record` once hung with
+    nothing but dlpt's start line to show for 420 s)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import runlib
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    prog = tmp_path / "stuck.py"
+    prog.write_text("import time\n\ndef wait_here():\n    time.sleep(600)\n\nprint('started', flush=True)\nwait_here()\n")
+    res = runlib.run([sys.executable, str(prog)], cwd=str(tmp_path), timeout=3, log=str(tmp_path / "log"))
+    assert res["timed_out"] and res["wall_s"] < 30
+    assert res.out_lines == ["started"]
+    assert any("wait_here" in x for x in res.err_lines), res.err_lines
+    assert "wait_here" in (tmp_path / "log").read_text()
