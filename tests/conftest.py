@@ -33,7 +33,7 @@ for _ in range(3):
 LONGEST_FIRST = ["test_collector.py", "test_cost_guard.py", "test_record.py", "test_tui_screen.py", "test_html.py",
                  "test_durability.py", "test_cli.py", "test_native_build.py", "test_compiled_shares.py",
                  "test_torchrun.py", "test_export.py", "test_tui_nav.py", "test_tui.py", "test_recording.py",
-                 "test_compiled.py", "test_fx_lines_per_op.py"]
+                 "test_compiled.py", "test_fx_lines_per_op.py", "test_fork.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
