@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -191,6 +192,7 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
     # thread's Python stack on stderr: a hang in a measured run says where it waited.
     e.setdefault("PYTHONFAULTHANDLER", "1")
     e.update(env or {})
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # inherited
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -226,7 +228,9 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
     timed_out = w.is_alive()
     if timed_out:
         try:
-            os.killpg(p.pid, signal.SIGABRT)  # the stacks of every Python process of the group
+            # The stacks of every Python process of the group; no core files (RLIMIT_CORE is 0 for
+            # the children, set below before they start): a GPU process's core is gigabytes.
+            os.killpg(p.pid, signal.SIGABRT)
         except (ProcessLookupError, PermissionError):
             pass
         w.join(10)

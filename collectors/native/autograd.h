@@ -107,7 +107,7 @@ int64_t launch_node(ThreadState& ts) {
 // autograd thread inside a node (a reentrant checkpoint's nested backward() call), the node's
 // place, not the thread's own root.
 int64_t context_here() {
-  if (!g_collector.host_on.load()) return -1;
+  if (!g_collector.host_on.load() || g_collector.forked.load()) return -1;
   ThreadState& ts = tstate();
   torch::autograd::Node* fn = unrecorded_node(ts);
   return fn ? backward_launch_node(ts, *fn, current_pyframe()) : context(ts);
@@ -118,6 +118,7 @@ int64_t context_here() {
 // and CUPTI is recording (see the top of this file). Calls nest (a backward inside a hook, a
 // reentrant checkpoint's inside a node).
 void backward_begin(bool allow_off) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   ThreadState& ts = tstate();
   bool off = allow_off && g_collector.host_on.load() && (device_recording() || g_collector.diag.bw_off) && !g_collector.diag.rf_backward &&
              at::isRecordFunctionEnabled();
@@ -136,6 +137,7 @@ void backward_begin(bool allow_off) {
 }
 
 void backward_end() {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   ThreadState& ts = tstate();
   if (ts.bw_calls.empty()) return;
   BackwardCall c = ts.bw_calls.back();

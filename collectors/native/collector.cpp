@@ -39,6 +39,7 @@
 
 #include <pthread.h>  // pthread_atfork: a forked child records nothing (after_fork_in_child)
 
+#include <future>
 #include <new>
 
 namespace {
@@ -291,10 +292,13 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
 // its parent waits for the batch without end. The child records nothing: what it recorded would
 // end with it (workers leave by os._exit), and the profile is the parent's. So fork() runs this
 // in the child before returning there: the op callback returns at once from then on, the device
-// and memory sides are off, every mutex and condition variable is made anew (none of them is
-// held by a thread of the child), and the parent's threads, which do not exist in the child,
-// are forgotten rather than joined. The Python side neither stops nor saves in the child
-// (collectors/record/recording.py).
+// and memory sides are off, and every other entry point the child can still reach (the phase,
+// backward, thread and step calls from Python, CUPTI's callbacks) returns at once on `forked`.
+// Every mutex and condition variable is made anew as well, for what is left: a child that ends
+// normally runs the static destructors, and destroying a condition variable the parent's
+// sampler was waiting on waits for good. The parent's threads, which do not exist in the child,
+// are forgotten rather than joined. The Python side takes its hooks out, and neither stops nor
+// saves in the child (collectors/record/session.py, recording.py).
 void after_fork_in_child() {
   g_collector.forked.store(true);
   g_collector.diag.noop = true;  // on_enter/on_exit return before they touch any state
@@ -309,6 +313,9 @@ void after_fork_in_child() {
   g_host.peek_on.store(false);
 #if defined(DLPT_CUPTI)
   g_device.on.store(false);
+  g_device.detach.store(false);  // no cuptiFinalize, no graph-level toggle, no sampling at a CUDA call's exit
+  g_device.graph_restore.store(false);
+  g_pcs.wanted.store(false);
   for (std::mutex* m : {&g_device.cupti_mu, &g_device.graph_mu, &g_memory.mu, &g_pcs.mu}) new (m) std::mutex();
   g_memory.on.store(false);
 #endif
@@ -316,13 +323,19 @@ void after_fork_in_child() {
 
 // For tests (tests/test_fork.py): a thread that holds the trie's, the host side's and the
 // leaves' mutexes for `seconds`, as the sampler or CUPTI's activity thread may hold them at the
-// moment the program forks. std::scoped_lock takes them without an order of its own, so it
-// cannot deadlock with a thread that takes two of them in the collector's.
+// moment the program forks; returns once they are held (called without the GIL, so a thread
+// that holds the GIL while it waits for one of them does not stall the caller). std::scoped_lock
+// takes them without an order of its own, so it cannot deadlock with a thread that takes two of
+// them in the collector's.
 void hold_locks(double seconds) {
-  std::thread([seconds] {
+  auto held = std::make_shared<std::promise<void>>();
+  std::future<void> ready = held->get_future();
+  std::thread([seconds, held] {
     std::scoped_lock lk(g_trie.mu, g_host.mu, g_device.leaf_mu);
+    held->set_value();
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   }).detach();
+  ready.wait();
 }
 
 // Everything off: the callback removed (the rest of the program runs at unprofiled speed),
@@ -345,6 +358,7 @@ void stop() {
 }
 
 void flush(bool forced) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
 #if defined(DLPT_CUPTI)
   device_flush_if_on(forced);
 #else
@@ -526,6 +540,7 @@ py::dict host_snapshot() {
 // Called first thing in a thread dlpt saw start: its work goes under `start_node` (the line
 // that started it) and a [thread] node; the frames on its stack now are dlpt's, not the program's.
 void register_thread(int64_t start_node, int64_t key) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   if (start_node < 0 || !g_collector.host_on.load()) return;  // started while dlpt was not recording
   ThreadState& ts = tstate();
   ts.base = intern_node(start_node, N_THREAD, key, 0);
@@ -650,7 +665,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("capabilities", &capabilities);
   m.def("stats", &stats);
   m.def("pc_samples", &pc_samples);
-  m.def("hold_locks", &hold_locks, py::arg("seconds"));  // tests only
+  m.def("hold_locks", &hold_locks, py::arg("seconds"), py::call_guard<py::gil_scoped_release>());  // tests only
   // The numbers the Python side decodes snapshots with (collectors/record/native.py checks
   // them at load time): node kinds, activity kinds, columns of a leaf row.
   m.def("constants", [] {

@@ -684,6 +684,7 @@ int64_t host_main_read() {
 }
 
 void ignore_this_thread() {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   PyThreadState* t = PyGILState_GetThisThreadState();
   if (t == nullptr) return;
   std::lock_guard<std::mutex> lk(g_host.mu);

@@ -405,6 +405,7 @@ py::dict memory_snapshot() {
 
 // The step the program is in (the recorder counts them): the peak's step comes from it.
 void memory_step(int64_t step) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
 #if defined(DLPT_CUPTI)
   memory_set_step(step);
 #else

@@ -180,6 +180,7 @@ void phase_apply_locked() {
 // The session's calls (collectors/record/session.py): the base phase (warm-up → steady at the
 // first step), and compile brackets, which may nest and come from any thread.
 void set_phase(int64_t p) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   std::lock_guard<std::mutex> lk(g_trie.phase_mu);
   g_trie.phase_base = p;
   g_trie.phase_auto.store(false);
@@ -187,6 +188,7 @@ void set_phase(int64_t p) {
 }
 
 void compile_phase(int64_t delta) {
+  if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
   std::lock_guard<std::mutex> lk(g_trie.phase_mu);
   g_trie.compile_depth = std::max<int64_t>(0, g_trie.compile_depth + delta);
   // The first compile's end ends the warm-up too: a program compiles on its first calls, and

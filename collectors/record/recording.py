@@ -89,6 +89,7 @@ class Recording:
         self.before = _identity(out) if out is not None else None
         self.finishing = Finishing(only_default=not owns_process)
         self.signals = ProgramSignals(None)
+        self.pid: int | None = None  # the recording process's (start)
 
     # ----- while the program runs -----
 
@@ -99,6 +100,7 @@ class Recording:
         from dlpt.collectors.record.session import SNAPSHOT_SECONDS, Recorder
 
         seconds = SNAPSHOT_SECONDS if self.snapshot_seconds is None else self.snapshot_seconds
+        self.pid = os.getpid()
         self.recorder = Recorder(command=self.command, name=self.name, steps=self.steps, quiet=self.quiet,
                                  drop_files=self.drop_files, snapshot_path=self.out, snapshot_seconds=seconds)
         # dlpt record takes over SIGINT/SIGTERM the moment the program ends, so that no signal
@@ -119,11 +121,21 @@ class Recording:
 
     # ----- the end -----
 
+    def in_forked_child(self) -> bool:
+        """Whether this is a child the program forked while recording (a DataLoader worker, a
+        fork pool's process, a bare os.fork): the recording and its profile are the parent's,
+        so the child neither stops, saves nor says anything (collectors/native/collector.cpp
+        `after_fork_in_child` switched its collector off)."""
+        return self.pid is not None and os.getpid() != self.pid
+
     def finish(self, status: int = 0, signum: int | None = None) -> int:
         """Stop, build and save; the exit status dlpt should give. A signal while saving gives
         the save up (no half-written file): dlpt record says so and ends by it; inside the
         user's program a Ctrl-C reaches the program as a KeyboardInterrupt and a SIGTERM ends
         the process."""
+        if self.in_forked_child():
+            self.recorder = None
+            return status
         try:
             with self.finishing:
                 if signum is not None and self.owns_process:
@@ -144,7 +156,7 @@ class Recording:
         from dlpt.store import save
 
         rec, self.recorder = self.recorder, None
-        if rec is None or rec.in_forked_child():
+        if rec is None or self.in_forked_child():
             return status  # a child the program forked: the profile is its parent's to save
         if not self.owns_process:
             self.result = rec.stop()
@@ -223,8 +235,8 @@ class Recording:
         its `finally` blocks or exit handlers, and neither does it here. Dying by the signal
         (not exit 143) is what a wrapper like `time` or `timeout` passes on: the parent — a
         shell, a batch scheduler — sees "terminated by SIGTERM" as it would without dlpt."""
-        if self.recorder is not None and self.recorder.in_forked_child():
-            die_by_signal(signum)  # a child the program forked (a DataLoader worker ended by its parent)
+        if self.in_forked_child():
+            die_by_signal(signum, flush=False)  # a child the program forked (a fork pool's process ended by its parent)
         try:
             sys.stdout.flush()
         except (OSError, ValueError):

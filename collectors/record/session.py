@@ -112,7 +112,7 @@ class Recorder:
         self._lock = threading.Lock()  # one snapshot or final build at a time
         self._stop_snap = threading.Event()
         self._snap_thread: int | None = None
-        self.pid = os.getpid()
+        self.pid = os.getpid()  # the recording process's, set again at start
 
     # ----- lifecycle -----
 
@@ -130,6 +130,7 @@ class Recorder:
 
             raise DlptError("dlpt is already recording in this process")
         _ACTIVE = self
+        self.pid = os.getpid()
         self.provenance.start()  # whatever --steps says: compiling happens before step A
         self._install_hooks()
         if not self.cuda and not self.quiet:
@@ -407,3 +408,23 @@ class Recorder:
             meta.devices = devs
         # rank, world_size, local_rank, host and run_id, in meta's keys (collectors/record/rank_env.py)
         return meta.updated(Header.from_dict(rank_info()))
+
+
+def _after_fork_in_child() -> None:
+    """In a child the program forked while recording: the recording is the parent's. Its hooks
+    (threads, backward, DataLoaders, optimizer steps, torch.compile's phases) are taken out, so
+    the child's own work runs as it would without dlpt and reaches none of the collector's
+    calls, and the child may start a recording of its own. Pure Python: nothing here waits on a
+    lock another thread may have held at the fork."""
+    global _ACTIVE
+    rec = _ACTIVE
+    if rec is None or not rec.in_forked_child():
+        return
+    _ACTIVE = None
+    try:
+        rec._remove_hooks()
+    except Exception:  # noqa: BLE001 - a hook that cannot be undone here stays; the child records nothing anyway
+        pass
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -107,13 +107,15 @@ def signal_name(signum: int) -> str:
     return "interrupted (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
-def die_by_signal(signum: int) -> None:
+def die_by_signal(signum: int, flush: bool = True) -> None:
     """End the process as an unhandled `signum` would: the parent sees "killed by SIGTERM"
     (a shell prints 143), and a shell loop stops on a Ctrl-C (bash stops a loop only when its
-    child died by SIGINT); python itself ends so after an unhandled KeyboardInterrupt."""
+    child died by SIGINT); python itself ends so after an unhandled KeyboardInterrupt.
+    `flush=False` in a forked child: the default action flushes nothing, and the child's buffers
+    may still hold what its parent wrote before the fork."""
     import time
 
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr) if flush else ():
         try:
             stream.flush()
         except (OSError, ValueError):
