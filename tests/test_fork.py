@@ -140,8 +140,9 @@ def test_a_child_that_ends_as_a_script_does_ends_as_without_dlpt_and_leaves_the_
 
 def test_dataloader_workers_forked_while_recording(tmp_path: Path) -> None:
     """A DataLoader with fork-started workers, torch ops in the workers' `__getitem__`, three
-    times: every batch arrives and the parent saves once. (The workers' ops cannot reach the
-    parent's profile in any case: they run in other processes.)"""
+    times: every batch arrives, the parent saves once, and its hooks keep working past the
+    forks. (The workers' ops cannot reach the parent's profile in any case: they run in other
+    processes.)"""
     r = record(tmp_path, """\
         import torch
         from torch.utils.data import DataLoader, Dataset
@@ -167,3 +168,6 @@ def test_dataloader_workers_forked_while_recording(tmp_path: Path) -> None:
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
     lines = lines_with_time(prof, "prog.py")
     assert lines.get(line_of(tmp_path, "prog.py", "# STEP"), 0) > 0, lines
+    # The parent's DataLoader hook outlives its workers' forks (a child takes out only its own
+    # copy of the hooks): all three loaders are in the parent's profile.
+    assert len(prof.meta.dataloaders) == 3 and {d["num_workers"] for d in prof.meta.dataloaders} == {2}
