@@ -338,6 +338,18 @@ void hold_locks(double seconds) {
   ready.wait();
 }
 
+// In a forked child, from the Python side's at-fork hook (collectors/record/session.py), once
+// fork() has returned there: the op callback taken out of torch, so that the child's ops (a
+// DataLoader worker's transforms) do not pay RecordFunction's machinery (1.12x an op-bound
+// loop's instructions, counted: docs/BENCHMARKS.md) for a recording that is not theirs. Not in after_fork_in_child: torch's
+// registry takes a mutex, which no thread holds at a fork from Python (registering holds the GIL,
+// and so does os.fork).
+void forget_callback() {
+  if (!g_collector.forked.load() || !g_collector.host_registered) return;
+  at::removeCallback(g_collector.handle);
+  g_collector.host_registered = false;
+}
+
 // Everything off: the callback removed (the rest of the program runs at unprofiled speed),
 // CUPTI's activities flushed into the trie and disabled. In a forked child, nothing: its
 // recording was never on (after_fork_in_child).
@@ -666,6 +678,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("stats", &stats);
   m.def("pc_samples", &pc_samples);
   m.def("hold_locks", &hold_locks, py::arg("seconds"), py::call_guard<py::gil_scoped_release>());  // tests only
+  m.def("forget_callback", &forget_callback);
+  m.def("has_global_callbacks", [] { return at::hasGlobalCallbacks(); });  // torch's registry, for tests
   // The numbers the Python side decodes snapshots with (collectors/record/native.py checks
   // them at load time): node kinds, activity kinds, columns of a leaf row.
   m.def("constants", [] {

@@ -412,10 +412,11 @@ class Recorder:
 
 def _after_fork_in_child() -> None:
     """In a child the program forked while recording: the recording is the parent's. Its hooks
-    (threads, backward, DataLoaders, optimizer steps, torch.compile's phases) are taken out, so
-    the child's own work runs as it would without dlpt and reaches none of the collector's
-    calls, and the child may start a recording of its own. Pure Python: nothing here waits on a
-    lock another thread may have held at the fork."""
+    (threads, backward, DataLoaders, optimizer steps, torch.compile's phases) and the op callback
+    are taken out, so the child's own work runs as it would without dlpt and reaches none of the
+    collector's calls, and the child may start a recording of its own. Nothing here waits on a
+    lock another thread may have held at the fork: the hooks are Python's, and torch's callback
+    registry is changed only with the GIL held, as os.fork holds it."""
     global _ACTIVE
     rec = _ACTIVE
     if rec is None or not rec.in_forked_child():
@@ -423,7 +424,8 @@ def _after_fork_in_child() -> None:
     _ACTIVE = None
     try:
         rec._remove_hooks()
-    except Exception:  # noqa: BLE001 - a hook that cannot be undone here stays; the child records nothing anyway
+        rec.mod.forget_callback()  # torch's RecordFunction machinery off for the child's ops
+    except Exception:  # noqa: BLE001 - what cannot be undone here stays; the child records nothing anyway
         pass
 
 
