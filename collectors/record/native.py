@@ -166,6 +166,9 @@ class Collector(Protocol):
     def capabilities(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
     def constants(self) -> dict[str, Any]: ...
+    def forget_callback(self) -> None: ...  # in a forked child (session.py)
+    def hold_locks(self, seconds: float) -> None: ...  # tests only
+    def has_global_callbacks(self) -> bool: ...  # tests only
 
 
 def check_constants(mod: Collector) -> None:
