@@ -252,9 +252,13 @@ def test_snapshots_take_a_bounded_share_of_the_program(tmp_path: Path) -> None:
     m = dlpt.load(str(tmp_path / "run.dlpt")).meta
     n, cpu = m["snapshots"], m["snapshot_cpu_s"]
     assert n >= 1, m  # at least one was written while the loop ran
-    # The last snapshot's cost is not yet paid back by a wait; the mean stands in for it. Without
-    # the stretch: 40-80% of the wall (n in the tens).
-    assert cpu - cpu / n <= wall / 25, (n, cpu, wall)
+    # The last snapshot's cost is not yet paid back by a wait. Every other one is, by a wait 25
+    # times its cost, inside the recording: the loop's wall and what ran outside it (the program's
+    # start, the end before the final save; 0.25 s allowed). The costliest snapshot (its wait / 25)
+    # stands in for the last: the mean did once, under the suite's load on 2 cores, and the
+    # bound failed by 1.5% (19 snapshots, 0.129 s CPU, 3.003 s wall). Without the stretch: 40-80%
+    # of the wall (n in the tens).
+    assert cpu - m["snapshot_wait_max_s"] / 25 <= (wall + 0.25) / 25, (n, cpu, wall)
     assert m["snapshot_wait_max_s"] >= 25 * cpu / n - 0.002, m  # each wait is 25 times its snapshot's cost
 
 
