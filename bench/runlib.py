@@ -229,7 +229,7 @@ def run(cmd: list[str], cwd: str, timeout: float, log: str | None = None,
     if timed_out:
         try:
             # The stacks of every Python process of the group; no core files (RLIMIT_CORE is 0 for
-            # the children, set below before they start): a GPU process's core is gigabytes.
+            # the children, set above before they started): a GPU process's core is gigabytes.
             os.killpg(p.pid, signal.SIGABRT)
         except (ProcessLookupError, PermissionError):
             pass

@@ -21,10 +21,34 @@ from test_record import line_of, lines_with_time  # noqa: E402
 
 import dlpt  # noqa: E402
 
+# Each program's parent waits for its child so: a child that hangs is killed and said to have.
+REPORT_CHILD = """\
+import os, time
+
+
+def report_child(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child", os.waitstatus_to_exitcode(status), flush=True)
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung", flush=True)
+
+
+"""
+
+
+def program(script: str) -> str:
+    return REPORT_CHILD + textwrap.dedent(script)
+
 
 def record(tmp: Path, script: str, *extra: str, env: dict[str, str] | None = None,
            timeout: float = 240) -> subprocess.CompletedProcess:
-    (tmp / "prog.py").write_text(textwrap.dedent(script))
+    (tmp / "prog.py").write_text(program(script))
     return subprocess.run([sys.executable, "-m", "dlpt", "record", *extra, "-o", "run.dlpt", "prog.py"], cwd=tmp,
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -69,17 +93,7 @@ def test_a_child_forked_while_another_thread_holds_the_collectors_locks_runs_on(
             # torch's own registry: the op callback was taken out in the child alone
             os._exit(7 if not mod.has_global_callbacks() else 8)
         print("parent callbacks", mod.has_global_callbacks(), flush=True)
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                print("child", os.waitstatus_to_exitcode(status), flush=True)
-                break
-            time.sleep(0.01)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            print("child hung", flush=True)
+        report_child(pid, 8)
         parent_work()
     """, "--snapshot-seconds", "0", env={"DLPT_SAMPLE_US": "0"})
     assert r.returncode == 0, r.stderr
@@ -111,16 +125,7 @@ def test_a_child_that_ends_as_a_script_does_ends_as_without_dlpt_and_leaves_the_
         if pid == 0:
             torch.ones(4).mul(3).sum()  # CHILD
             sys.exit(5)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                print("child", os.waitstatus_to_exitcode(status), flush=True)
-                break
-            time.sleep(0.01)
-        else:
-            os.kill(pid, 9)
-            print("child hung", flush=True)
+        report_child(pid, 30)
         if os.environ.get("LATE_CHILD") and os.fork() == 0:
             torch.ones(4).sum()  # CHILD
             time.sleep(0.5)
@@ -128,10 +133,10 @@ def test_a_child_that_ends_as_a_script_does_ends_as_without_dlpt_and_leaves_the_
         for _ in range(100):
             x = x.add(1.0)  # AFTER
     """
-    (tmp_path / "plain.py").write_text(textwrap.dedent(script))
+    (tmp_path / "plain.py").write_text(program(script))
     plain = subprocess.run([sys.executable, "plain.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert plain.stdout.strip() == "child 5", plain.stdout + plain.stderr
-    (tmp_path / "prog.py").write_text(textwrap.dedent(script))
+    (tmp_path / "prog.py").write_text(program(script))
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "-o", "run.dlpt", "prog.py"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, env={**os.environ, "LATE_CHILD": "1"})
     assert r.returncode == 0, r.stderr

@@ -341,9 +341,9 @@ void hold_locks(double seconds) {
 // In a forked child, from the Python side's at-fork hook (collectors/record/session.py), once
 // fork() has returned there: the op callback taken out of torch, so that the child's ops (a
 // DataLoader worker's transforms) do not pay RecordFunction's machinery (1.12x an op-bound
-// loop's instructions, counted: docs/BENCHMARKS.md) for a recording that is not theirs. Not in after_fork_in_child: torch's
-// registry takes a mutex, which no thread holds at a fork from Python (registering holds the GIL,
-// and so does os.fork).
+// loop's instructions, counted: docs/BENCHMARKS.md) for a recording that is not theirs. Not in
+// after_fork_in_child: torch's registry takes a mutex, which no thread holds at a fork from
+// Python (registering holds the GIL, and so does os.fork).
 void forget_callback() {
   if (!g_collector.forked.load() || !g_collector.host_registered) return;
   at::removeCallback(g_collector.handle);

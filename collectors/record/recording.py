@@ -89,7 +89,7 @@ class Recording:
         self.before = _identity(out) if out is not None else None
         self.finishing = Finishing(only_default=not owns_process)
         self.signals = ProgramSignals(None)
-        self.pid: int | None = None  # the recording process's (start)
+        self.started: Recorder | None = None  # kept after the save, unlike `recorder`: who started it
 
     # ----- while the program runs -----
 
@@ -100,9 +100,9 @@ class Recording:
         from dlpt.collectors.record.session import SNAPSHOT_SECONDS, Recorder
 
         seconds = SNAPSHOT_SECONDS if self.snapshot_seconds is None else self.snapshot_seconds
-        self.pid = os.getpid()
-        self.recorder = Recorder(command=self.command, name=self.name, steps=self.steps, quiet=self.quiet,
-                                 drop_files=self.drop_files, snapshot_path=self.out, snapshot_seconds=seconds)
+        self.recorder = self.started = Recorder(command=self.command, name=self.name, steps=self.steps,
+                                                quiet=self.quiet, drop_files=self.drop_files,
+                                                snapshot_path=self.out, snapshot_seconds=seconds)
         # dlpt record takes over SIGINT/SIGTERM the moment the program ends, so that no signal
         # falls between; the Python API only when the block is done.
         self.signals = ProgramSignals(self._terminate if self.out is not None else None,
@@ -126,7 +126,7 @@ class Recording:
         fork pool's process, a bare os.fork): the recording and its profile are the parent's,
         so the child neither stops, saves nor says anything (collectors/native/collector.cpp
         `after_fork_in_child` switched its collector off)."""
-        return self.pid is not None and os.getpid() != self.pid
+        return self.started is not None and self.started.in_forked_child()
 
     def finish(self, status: int = 0, signum: int | None = None) -> int:
         """Stop, build and save; the exit status dlpt should give. A signal while saving gives
