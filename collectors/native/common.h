@@ -66,6 +66,10 @@ struct Diagnostics {
   bool no_waits = false;     // nowaits: no sync callbacks, no busy intervals (the collector before host.h)
   bool sampler_gil = false;  // samplergil: the sampler reads the main thread with the GIL too (host.h)
   bool no_kernels = false;   // nokernels: CUPTI without kernel records (copies and memsets only)
+  // What a graph launch pays CUPTI for (docs/BENCHMARKS.md, #33): nographcb, no callback on graph
+  // launches; nocbids, subscribed with no callback enabled; nokinds, the activity API registered with
+  // no activity kind; graphonly, graph-level records and no other kind.
+  bool no_graph_cb = false, no_cbids = false, no_kinds = false, graph_only = false;
 };
 
 // The collector as a whole: whether it records, what start() was asked for, the clocks' origin,

@@ -672,6 +672,8 @@ std::string device_on() {
           g_device.launch_cbid[cbid] = launch;
           g_device.sync_cbid[cbid] = sync;
         }
+        if (g_collector.diag.no_cbids || (g_collector.diag.no_graph_cb && graph_launch_cbid(dm.d, CUpti_CallbackId(cbid))))
+          continue;
         if (launch || sync) cuptiEnableCallback(1, g_device.sub, dm.d, CUpti_CallbackId(cbid));
       }
   }
@@ -694,6 +696,7 @@ std::string device_on() {
   if (g_collector.diag.no_activities) return "";
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) return cupti_err("cuptiActivityRegisterCallbacks", r);
+  if (g_collector.diag.no_kinds) return "";
 #if defined(DLPT_GRAPH_T)
   const char* mode = std::getenv("DLPT_GRAPH_TRACE");
   g_device.graph_level = mode != nullptr && std::string(mode) == "graph";
@@ -707,6 +710,7 @@ std::string device_on() {
 #endif
   pcs_on(g_device.sub);
   for (auto k : kKinds) {
+    if (g_collector.diag.graph_only) break;
     if (k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_collector.diag.no_kernels) continue;
     r = cuptiActivityEnable(k);
     if (r != CUPTI_SUCCESS && k != CUPTI_ACTIVITY_KIND_MEMCPY2) return cupti_err("cuptiActivityEnable", r);
