@@ -3,6 +3,7 @@ themselves measure, on the device machine or for minutes, and are never run as t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,25 @@ def test_a_measured_run_that_hangs_says_where_it_waited(tmp_path: Path) -> None:
     assert res.out_lines == ["started"]
     assert any("wait_here" in x for x in res.err_lines), res.err_lines
     assert "wait_here" in (tmp_path / "log").read_text()
+
+
+# A program whose every process takes 0.3 s, estimated at 5 s, in a budget of 5.5 s: only what the
+# processes already took can tell that all four fit (the static estimate alone allows two or three).
+PROGRAMS_BUDGET = """
+import argparse, sys
+sys.path.insert(0, "bench")
+import programs as pg
+pg.PROGRAMS["quick"] = pg.Program(lambda work: (["-c", "import time; time.sleep(0.3); print(7.0)"], work),
+                                  lambda r: float(r.out_lines[-1]) if r.out_lines else None, "x", True, 5.0)
+a = argparse.Namespace(budget=5.5, configs="plain", env=[], gpus=1, procs=4, warm=False, programs="quick")
+run = pg.Programs(a)
+run.program("quick")
+print("FIGURES", run.res["programs"]["quick"]["figures"]["plain"])
+"""
+
+
+def test_programs_estimate_a_turn_from_the_processes_already_run(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", PROGRAMS_BUDGET], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "FIGURES [7.0, 7.0, 7.0, 7.0]" in r.stdout, r.stdout[-2000:]
