@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 import zlib
@@ -27,6 +26,8 @@ _TEMP = re.compile(r"^\.dlpt-(\d+)-([0-9a-f]{8})-[A-Za-z0-9_]+\.tmp$")
 
 
 def _host_tag() -> str:
+    import socket  # here: only a save asks, and `dlpt report` on a trace would import it for nothing
+
     return f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 

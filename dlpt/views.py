@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dlpt.cct import CCT, renumber, sum_rows
+from dlpt.cct import CCT, distinct, renumber, sum_rows
 from dlpt.errors import DlptError
 from dlpt.frames import ACTIVITY_KINDS, Frame, short_path
 from dlpt.metrics import COL, TIME_METRICS
@@ -86,7 +86,7 @@ def flat(profile: Profile, by: str = "line") -> FlatView:
     keys: dict[tuple, int] = {}
     labels: list[str] = []
     reps: list[Frame] = []
-    for fi in np.unique(cct.frame).tolist():
+    for fi in distinct(cct.frame).tolist():
         fr = profile.frames[fi]
         k = group_key(fr, by)
         if k is None:

@@ -4,12 +4,13 @@ names sorted into columns (times as integer nanoseconds), which link.py then lin
 from __future__ import annotations
 
 from collections import Counter
-from itertools import repeat
+from dataclasses import dataclass
+from itertools import count, repeat
 from operator import attrgetter
 
 import numpy as np
 
-from dlpt.collectors.kineto.decode import GPU_CATS, HOST_CATS, LAUNCH, OP, as_int
+from dlpt.collectors.kineto.decode import GPU_CATS, HOST_CATS, LAUNCH, OP, Args, as_int
 from dlpt.collectors.kineto.memory import MemoryEvents
 from dlpt.metrics import MEMCPY_OTHER, copy_kind
 
@@ -34,6 +35,9 @@ _CAT_CODE = {**{c: k + 1 for c, k in HOST_CATS.items()}, **{c: k + _GPU0 for c, 
 # `start + duration` inside int64.
 _NS_LIMIT = 1 << 62
 _KEY = attrgetter("pid", "tid")  # an event's thread key
+# What an event without `args` reads as (no correlation, sequence number, device or stream; 0
+# bytes). Args structs are always true, so `e.args or _NO_ARGS` picks between them.
+_NO_ARGS = Args()
 
 
 def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -62,6 +66,25 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
 
 
+@dataclass
+class GpuRows:
+    """The GPU events (kernels, copies, memsets) of a trace, one row each: kind (dlpt.metrics),
+    start and duration (ns, the trace's clock), correlation with the launch (-1: none), device,
+    stream, bytes; and the name of each."""
+
+    kind: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    nbytes: np.ndarray
+    name: list[str]
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
 class Columns:
     """The first pass: host spans, GPU events, fwdbwd flows and thread names, in event order.
 
@@ -81,13 +104,18 @@ class Columns:
         self.seq: list[np.ndarray] = []
         self.n = 0  # spans so far
         self.launch_of_corr: dict[int, int] = {}
-        self.gpu: list[tuple] = []
+        # GPU events: GpuRows' columns a chunk at a time, and their names
+        self._gpu: tuple[list[np.ndarray], ...] = tuple([] for _ in range(7))
+        self.gpu_name: list[str] = []
         self.flow_s: dict[object, tuple[int, int]] = {}
         self.flow_f: dict[object, tuple[int, int]] = {}
         self.thread_ids: dict[tuple, int] = {}
         self.thread_names: dict[tuple, str] = {}
         self.skipped = 0
-        self._names: dict[str, str] = {}  # one str object per distinct name
+        self._names: dict[str, str] = {}  # one str object per distinct GPU event name
+        # The first span of each span's name: names told apart without hashing them again
+        self.name_first: list[np.ndarray] = []
+        self._first: dict[str, int] = {}
         self.memory = MemoryEvents()  # the allocator's `[memory]` events (profile_memory)
         # What tells device rows from host rows (`unknown_device_events`): complete events of
         # kinds the linker does not read, by (pid, category); the pids of GPU events; Kineto's
@@ -106,11 +134,13 @@ class Columns:
         cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
         # --- spans and GPU events: validate times together ---
         cand = np.flatnonzero((ph == _PH_X) & (cat > 0) & (cat < _FWDBWD))
-        sub = [events[i] for i in cand.tolist()]
-        s, ok_s = _ns_column([e.ts for e in sub])
-        d, ok_d = _ns_column([e.dur for e in sub])
-        ok = ok_s & ok_d & (d >= 0)
-        self.skipped += len(sub) - int(ok.sum())
+        # Times of every event, converted once: spans, GPU events and flows are most of them,
+        # and indexing the columns costs less than gathering the events of each kind first.
+        ts, ok_ts = _ns_column([e.ts for e in events])
+        d, ok_d = _ns_column([e.dur for e in events])
+        s, d = ts[cand], d[cand]
+        ok = ok_ts[cand] & ok_d[cand] & (d >= 0)
+        self.skipped += len(cand) - int(ok.sum())
         if ok.any():
             lo, hi = int(s[ok].min()), int((s + d)[ok].max())
             self.first = lo if self.first is None else min(self.first, lo)
@@ -120,21 +150,22 @@ class Columns:
             self.unknown.update([(events[i].pid, events[i].cat) for i in u_idx.tolist()])
         ccat = cat[cand]
         h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
-        hsub = [sub[i] for i in h_idx.tolist()]
+        hsub = [events[i] for i in cand[h_idx].tolist()]
         h_kind = ccat[h_idx].astype(np.int64) - 1
         names = [e.name for e in hsub]
-        self.name.extend(map(self._names.setdefault, names, names))
+        n0 = self.n
+        firsts = list(map(self._first.setdefault, names, count(n0)))
+        self.name_first.append(np.array(firsts, dtype=np.int64))
+        self.name.extend(names)
+        self.name[n0:] = map(self.name.__getitem__, firsts)  # one str object per distinct name
         h_start = s[h_idx]
         self.kind.append(h_kind)
         self.start.append(h_start)
         self.end.append(h_start + d[h_idx])
         # --- flows ---
-        f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD))
+        f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD) & ok_ts)
         fsub = [events[i] for i in f_idx.tolist()]
-        fs_ns, f_ok = _ns_column([e.ts for e in fsub])
-        keep = np.flatnonzero(f_ok)
-        fsub = [fsub[i] for i in keep.tolist()]
-        f_idx, fs_ns = f_idx[keep], fs_ns[keep]
+        fs_ns = ts[f_idx]
         # --- thread ids: (pid, tid) keys numbered by first appearance, spans and flows together ---
         h_keys = list(map(_KEY, hsub))
         f_keys = list(map(_KEY, fsub))
@@ -159,37 +190,22 @@ class Columns:
             for e, v in zip(fsub, f_val):
                 (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = v
         # --- args: sequence numbers of ops, correlations of launches ---
-        n0 = self.n
         seq = np.full(len(hsub), -1, dtype=np.int64)
         op_j = np.flatnonzero(h_kind == OP)
         if len(op_j):
-            args = [hsub[j].args for j in op_j.tolist()]
-            seq[op_j] = [-1 if a is None else a.seq for a in args]
+            seq[op_j] = [(hsub[j].args or _NO_ARGS).seq for j in op_j.tolist()]
         self.seq.append(seq)
-        launch_of_corr = self.launch_of_corr
-        for j in np.flatnonzero(h_kind == LAUNCH).tolist():
-            a = hsub[j].args
-            if a is not None and a.correlation >= 0:
-                launch_of_corr.setdefault(a.correlation, n0 + j)
+        launch_j = np.flatnonzero(h_kind == LAUNCH).tolist()
+        corr = [(hsub[j].args or _NO_ARGS).correlation for j in launch_j]
+        setdefault = self.launch_of_corr.setdefault
+        for c, j in zip(corr, launch_j):
+            if c >= 0:
+                setdefault(c, n0 + j)
         self.n = n0 + len(hsub)
         # --- GPU events ---
-        gpu = self.gpu
-        g_idx = np.flatnonzero(ok & (ccat >= _GPU0)).tolist()
-        self.gpu_pids.update([sub[j].pid for j in g_idx])
-        for j, gk, gs, gd in zip(g_idx, (ccat[g_idx] - _GPU0).tolist(), s[g_idx].tolist(), d[g_idx].tolist()):
-            e = sub[j]
-            a = e.args
-            if a is not None:
-                corr, dev, stream, nb = a.correlation, a.device, a.stream, a.bytes
-            else:
-                corr, dev, stream, nb = -1, -1, -1, 0
-            if dev < 0:
-                dev = as_int(e.pid)
-            if stream < 0:
-                stream = as_int(e.tid)
-            if gk == MEMCPY_OTHER:
-                gk = copy_kind(e.name)
-            gpu.append((gk, e.name, gs, gd, corr, dev, stream, max(nb, 0)))
+        g_idx = np.flatnonzero(ok & (ccat >= _GPU0))
+        if len(g_idx):
+            self._add_gpu([events[i] for i in cand[g_idx].tolist()], ccat[g_idx] - _GPU0, s[g_idx], d[g_idx])
         # --- thread names ---
         for i in np.flatnonzero(ph == _PH_M).tolist():
             e = events[i]
@@ -200,6 +216,34 @@ class Columns:
         # `[memory]` events are instant events ("i"): only the events of a ph this pass does not
         # read (code 0) are handed on, not every event.
         self.memory.add([events[i] for i in np.flatnonzero(ph == 0).tolist()])
+
+    def _add_gpu(self, events: list, kind: np.ndarray, start: np.ndarray, dur: np.ndarray) -> None:
+        """GPU events' rows, a column at a time. Fields the event lacks fall back as the linker
+        reads them: the device to the pid, the stream to the tid (where they are ints), and a
+        copy's kind is read from its name when its category does not say it."""
+        self.gpu_pids.update([e.pid for e in events])
+        args = [e.args or _NO_ARGS for e in events]
+        dev = np.array([a.device for a in args], dtype=np.int64)
+        stream = np.array([a.stream for a in args], dtype=np.int64)
+        for j in np.flatnonzero(dev < 0).tolist():
+            dev[j] = as_int(events[j].pid)
+        for j in np.flatnonzero(stream < 0).tolist():
+            stream[j] = as_int(events[j].tid)
+        names = [e.name for e in events]
+        kind = kind.astype(np.int64)
+        for j in np.flatnonzero(kind == MEMCPY_OTHER).tolist():
+            kind[j] = copy_kind(names[j])
+        self.gpu_name.extend(map(self._names.setdefault, names, names))
+        parts = (kind, start, dur, np.array([a.correlation for a in args], dtype=np.int64), dev, stream,
+                 np.maximum(np.array([a.bytes for a in args], dtype=np.int64), 0))
+        for col, part in zip(self._gpu, parts):
+            col.append(part)
+
+    def gpu_rows(self) -> GpuRows:
+        """The GPU events' rows, in event order."""
+        kind, start, dur, corr, device, stream, nbytes = (np.concatenate(c) if c else np.zeros(0, dtype=np.int64)
+                                                         for c in self._gpu)
+        return GpuRows(kind, start, dur, corr, device, stream, nbytes, self.gpu_name)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(kind, thread, start, end, sequence number) of all spans."""

@@ -25,9 +25,10 @@ import numpy as np
 
 from dlpt.cct import TreeBuilder, add_exact
 from dlpt.collectors.assembly import ActivityColumns
-from dlpt.collectors.kineto.columns import Columns
+from dlpt.collectors.kineto.columns import Columns, GpuRows
 from dlpt.collectors.kineto.decode import ANNOT, OP, PY, Trace, as_int
 from dlpt.collectors.kineto.memory import place_memory
+from dlpt.collectors.kineto.nest import nest
 from dlpt.collectors.kineto.paths import PathNodes, span_paths
 from dlpt.collectors.kineto.waits import wait_metrics
 from dlpt.collectors.kineto.walk import SpanWalk
@@ -35,6 +36,7 @@ from dlpt.frames import BACKWARD_FRAME, Frame, FrameTable, unattributed_frame
 from dlpt.header import Header
 from dlpt.metrics import ACTIVITY_KIND_INFO
 
+I64 = np.int64
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 NO_LAUNCH = "no launch record"
@@ -75,8 +77,9 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     out.skipped += cols.skipped
     kind, thread, start, end, seq = cols.arrays()
     order = np.lexsort((kind, -end, start, thread)) if len(kind) else np.zeros(0, dtype=np.int64)
-    parent, end_c = _nest(order, thread, start, end)
-    spans = _Spans(kind, thread, start, seq, cols.name, order, parent, end_c)
+    parent, end_c = nest(order, thread, start, end)
+    spans = _Spans(kind, thread, start, seq, cols.name, np.concatenate(cols.name_first) if cols.name_first
+                   else np.zeros(0, dtype=I64), order, parent, end_c)
     cpu_self = _op_self_time(spans)
     fwd_of = _backward_links(spans, cols.flow_s, cols.flow_f)
     threads = _Threads(spans, cols.thread_ids, cols.thread_names)
@@ -84,45 +87,21 @@ def link_columns(trace: Trace, cols: Columns, builder: TreeBuilder, frames: Fram
     paths = span_paths(spans, fwd_of, threads)
     nodes: PathNodes | SpanWalk = (PathNodes(*paths, builder, frames, base) if paths is not None
                                    else SpanWalk(spans, fwd_of, threads, builder, frames, base))
-    _place_gpu_activities(cols.gpu, cols.launch_of_corr, nodes.node, builder, frames, base,
-                          as_int(trace.baseTimeNanoseconds, 0), out)
+    gpu = cols.gpu_rows()
+    launch = launches_of(gpu, cols.launch_of_corr)
+    _place_gpu_activities(gpu, launch, nodes, builder, frames, base, as_int(trace.baseTimeNanoseconds, 0), out)
     # Arrays, not lists: a list of half a million ints is five times the memory, at the peak.
     out.cpu_node = np.r_[np.asarray(out.cpu_node, dtype=np.int64), nodes.nodes(spans.ops)]
     out.cpu_self = np.r_[np.asarray(out.cpu_self, dtype=np.int64), cpu_self]
     if len(cols.memory):
         first = [int(start.min())] if len(start) else []
-        first += [min(g[2] for g in cols.gpu)] if cols.gpu else []
+        first += [int(gpu.start.min())] if len(gpu) else []
         place_memory(cols.memory, cols.thread_ids, thread, start, order, spans.parent_l, spans.end_l, cols.name,
                      nodes.node,
                      builder, frames, base, min(first) if first else None, out)
     if meta is not None:
-        wait_metrics(spans, end, nodes.nodes, cols.gpu, builder, frames, base,
-                     as_int(trace.baseTimeNanoseconds, 0), out, meta, cols.launch_of_corr)
-
-
-def _nest(order: np.ndarray, thread: np.ndarray, start: np.ndarray,
-          end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(parent span of each span or -1, end clipped to the parent's) by nesting the spans of each
-    thread by time. `order` sorts them by thread, start, longest first, then kind, so that a
-    span's enclosing spans come before it. Python lists inside: the loop is scalar steps, which
-    numpy would make slower; arrays out, a fifth of the lists' memory."""
-    parent = [-1] * len(end)
-    end_l = end.tolist()
-    cur_t = -1
-    stack: list[int] = []
-    for i, t, s in zip(order.tolist(), thread[order].tolist(), start[order].tolist()):
-        if t != cur_t:
-            cur_t = t
-            stack = []
-        while stack and end_l[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            p = stack[-1]
-            parent[i] = p
-            if end_l[i] > end_l[p]:  # float rounding let the child overrun its parent
-                end_l[i] = end_l[p]
-        stack.append(i)
-    return np.asarray(parent, dtype=np.int64), np.asarray(end_l, dtype=np.int64)
+        wait_metrics(spans, end, nodes.nodes, gpu, builder, frames, base,
+                     as_int(trace.baseTimeNanoseconds, 0), out, meta, launch if cols.launch_of_corr else None)
 
 
 @dataclass
@@ -138,7 +117,8 @@ class _Spans:
     start: np.ndarray
     seq: np.ndarray  # sequence number of an op, -1 for none
     name: list[str]
-    order: np.ndarray  # by thread, then start (`_nest`)
+    name_first: np.ndarray  # the first span with each span's name
+    order: np.ndarray  # by thread, then start (nest.py)
     parent: np.ndarray
     end: np.ndarray  # clipped to the parent's end
     ops: np.ndarray = field(init=False)  # the op spans, in span order
@@ -147,13 +127,12 @@ class _Spans:
     @cached_property
     def name_group(self) -> tuple[np.ndarray, np.ndarray]:
         """(a span of each distinct name, the distinct name of each span): tests on names made
-        once per name, not per span. Names are one str object per distinct name (columns.py),
-        so an object's id stands for its text."""
-        if not len(self.name):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        ids = np.fromiter(map(id, self.name), dtype=np.int64, count=len(self.name))
-        _, first, group = np.unique(ids, return_index=True, return_inverse=True)
-        return first, group.reshape(-1)
+        once per name, not per span. Names are numbered by their first span (columns.py)."""
+        n = len(self.name_first)
+        firsts = np.flatnonzero(self.name_first == np.arange(n))
+        number = np.empty(n, dtype=I64)
+        number[firsts] = np.arange(len(firsts))
+        return firsts, number[self.name_first]
 
     def names_where(self, test: Callable[[str], bool]) -> np.ndarray:
         """Which spans' names pass `test`, asked once per distinct name."""
@@ -340,30 +319,59 @@ class _Threads:
         return Frame("thread", self._names.get(key) or f"thread {key[1]}")
 
 
-def _place_gpu_activities(gpu: list[tuple], launch_of_corr: dict[int, int], node_of_span: Callable[[int], int],
+def _place_gpu_activities(gpu: GpuRows, launch: np.ndarray, nodes: PathNodes | SpanWalk,
                           builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int,
                           out: ActivityColumns) -> None:
-    """One row per GPU activity, at a leaf of its kind and name under its launch's node, or under
-    `<unattributed: no launch record>` when no launch has its correlation."""
+    """One row per GPU activity, at a leaf of its kind and name under its launch's node (`launch`:
+    the launch span of each row, -1 for none), or under `<unattributed: no launch record>` when
+    no launch has its correlation.
+
+    Nodes and frames are made as placing the rows one at a time in their order makes them: only
+    the first row of each (launch's node, leaf) pair makes anything, so those rows alone are
+    placed, in that order, and every other row takes its pair's node."""
+    n = len(gpu)
+    if not n:
+        return
+    ids = np.fromiter(map(id, gpu.name), dtype=I64, count=n)  # one str object per distinct name
+    _, name_code = np.unique(ids, return_inverse=True)
+    leaf_key = name_code.reshape(-1) * I64(int(gpu.kind.max()) + 1) + gpu.kind
+    has = launch >= 0
+    ctx_key = np.full(n, -1, dtype=I64)
+    ctx_key[has] = nodes.keys(launch[has])
+    pair = (ctx_key + 1) * I64(int(leaf_key.max()) + 1) + leaf_key
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
     leaf_cache: dict[tuple[int, str], int] = {}
     no_launch = None
-    for gk, name, s, d, corr, dev, stream, nb in gpu:
-        li = launch_of_corr.get(corr, -1) if corr >= 0 else -1
+    made = np.empty(len(first), dtype=I64)
+    leaf_fid = np.empty(len(first), dtype=I64)
+    names, kinds, launches = gpu.name, gpu.kind, launch.tolist()
+    for u in np.argsort(first).tolist():
+        r = int(first[u])
+        li = launches[r]
         if li >= 0:
-            ctx = node_of_span(li)
+            ctx = nodes.node(li)
         else:
             if no_launch is None:
                 no_launch = builder.child(base, frames.intern(unattributed_frame(NO_LAUNCH)))
             ctx = no_launch
-        lk = (gk, name)
+        lk = (int(kinds[r]), names[r])
         lf = leaf_cache.get(lk)
         if lf is None:
-            lf = leaf_cache[lk] = frames.intern(Frame(ACTIVITY_KIND_INFO[gk].frame, name))
-        out.node.append(builder.child(ctx, lf))
-        out.kind.append(gk)
-        out.name.append(lf)
-        out.device.append(dev)
-        out.stream.append(stream)
-        out.start.append(base_ns + s)
-        out.duration.append(d)
-        out.nbytes.append(nb)
+            lf = leaf_cache[lk] = frames.intern(Frame(ACTIVITY_KIND_INFO[lk[0]].frame, lk[1]))
+        made[u] = builder.child(ctx, lf)
+        leaf_fid[u] = lf
+    inverse = inverse.reshape(-1)
+    out.node.extend(made[inverse].tolist())
+    out.kind.extend(gpu.kind.tolist())
+    out.name.extend(leaf_fid[inverse].tolist())
+    out.device.extend(gpu.device.tolist())
+    out.stream.extend(gpu.stream.tolist())
+    out.start.extend([base_ns + s for s in gpu.start.tolist()])  # Python ints: a damaged base can't wrap
+    out.duration.extend(gpu.dur.tolist())
+    out.nbytes.extend(gpu.nbytes.tolist())
+
+
+def launches_of(gpu: GpuRows, launch_of_corr: dict[int, int]) -> np.ndarray:
+    """The launch span of each GPU row, through its correlation; -1 for none."""
+    get = launch_of_corr.get
+    return np.fromiter((get(c, -1) if c >= 0 else -1 for c in gpu.corr.tolist()), dtype=I64, count=len(gpu))

@@ -201,6 +201,11 @@ class PathNodes:
             nd = real[q] = child(nd, f)
         return nd
 
+    def keys(self, idx: np.ndarray) -> np.ndarray:
+        """A key of each span's node, equal for spans of one node (their path), known before the
+        node is made."""
+        return self._path_of[idx]
+
     def node(self, i: int) -> int:
         p = int(self._path_of[i])
         nd = self._real[p]

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dlpt.cct import TreeBuilder, add_exact
+from dlpt.cct import TreeBuilder, add_exact, distinct
 from dlpt.collectors.assembly import ActivityColumns
+from dlpt.collectors.kineto.columns import GpuRows
 from dlpt.collectors.kineto.decode import LAUNCH, PY
 from dlpt.frames import FrameTable
 from dlpt.header import Header
@@ -69,7 +70,7 @@ def python_self_time(spans: _Spans) -> tuple[np.ndarray, np.ndarray]:
 
 def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, span) of the pieces of time during which each selected span is the innermost
-    selected span open on its thread. Spans nest on their thread (link.py's `_nest`), so the
+    selected span open on its thread. Spans nest on their thread (nest.py), so the
     owner changes only at a boundary: a span's start hands the time to it, its end back to its
     nearest selected ancestor. At equal times ends come before starts, inner ends first and
     outer starts first (their positions in `spans.order`), so the last event at a time leaves
@@ -104,20 +105,20 @@ def self_intervals(spans: _Spans, selected: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndarray], np.ndarray],
-                 gpu: list[tuple],
+                 gpu: GpuRows,
                  builder: TreeBuilder, frames: FrameTable, base: int, base_ns: int, out: ActivityColumns,
-                 meta: Header, launch_of_corr: dict[int, int] | None = None) -> None:
+                 meta: Header, launch: np.ndarray | None = None) -> None:
     """Add host_time, sync_time and gpu_idle_time to `out.extra` (nodes made in `builder` as
     needed, idle's named rows under `base`) and the window, gpu_idle and timeline figures to
     `meta`. `node_ids` gives the tree nodes of spans (the linker makes them on demand).
     `raw_end` is each span's end before nesting clipped it: a synchronize counts whole.
-    `launch_of_corr` (correlation → launch span) tells when each GPU activity was launched (the
-    launch call's end): idle while launched work waited to start is `queued`, not the host's
+    `launch` (each GPU row's launch span, -1 for none) tells when each GPU activity was launched
+    (the launch call's end): idle while launched work waited to start is `queued`, not the host's
     (dlpt/idle.py)."""
     kind, start = spans.kind, spans.start
-    launch = np.flatnonzero(kind == LAUNCH)
+    launches = np.flatnonzero(kind == LAUNCH)
     sync = np.zeros(len(kind), dtype=bool)
-    sync[launch] = [is_sync_call(spans.name[i]) for i in launch.tolist()]
+    sync[launches] = spans.names_where(is_sync_call)[launches]
     sync_idx = np.flatnonzero(sync)
     out.extra["sync_time"] = (node_ids(sync_idx), np.maximum(raw_end[sync_idx] - start[sync_idx], 0))
     py_idx, py_self = python_self_time(spans)
@@ -125,18 +126,16 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndar
     out.extra["host_time"] = (node_ids(py_idx[has]), py_self[has])
 
     # GPU busy per device, in the spans' clock (ns from the trace's base time).
-    g_dev = np.fromiter((g[5] for g in gpu), dtype=I64, count=len(gpu))
-    g_start = np.fromiter((g[2] for g in gpu), dtype=I64, count=len(gpu))
-    g_end = g_start + np.fromiter((g[3] for g in gpu), dtype=I64, count=len(gpu))
+    g_dev, g_start = gpu.device, gpu.start
+    g_end = g_start + gpu.dur
     skipped: dict[str, int] = {}
     busy = split_by_device(g_dev, g_start, g_end, skipped)
     windows = activity_windows(busy)
     ready = None
-    if launch_of_corr:
-        li = np.fromiter((launch_of_corr.get(g[4], -1) if g[4] >= 0 else -1 for g in gpu), dtype=I64, count=len(gpu))
-        has = li >= 0
+    if launch is not None:
+        has = launch >= 0
         # Queued once the launch call returned: the call's own time is the host's.
-        launched = np.where(has, raw_end[np.maximum(li, 0)], g_start)
+        launched = np.where(has, raw_end[np.maximum(launch, 0)], g_start)
         ready = split_by_device(g_dev[has], launched[has], g_start[has])
     if not windows:
         if len(kind):  # no GPU work: the window is the host's
@@ -144,7 +143,7 @@ def wait_metrics(spans: _Spans, raw_end: np.ndarray, node_ids: Callable[[np.ndar
         return
     # Host intervals: the threads that call the runtime, their innermost Python, op and
     # annotation spans, and their synchronize calls (a launch's own time is its op's).
-    launching = np.isin(spans.thread, np.unique(spans.thread[launch]))
+    launching = np.isin(spans.thread, distinct(spans.thread[launches]))
     chosen = launching & ((kind != LAUNCH) | sync)
     hs, he, owner = self_intervals(spans, chosen)
     h_node = node_ids(owner)

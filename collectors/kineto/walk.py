@@ -70,6 +70,11 @@ class SpanWalk:
             nd = self._thread_node[t] = self._builder.child(anchor, self._frames.intern(self._threads.frame(t)))
         return nd
 
+    def keys(self, idx: np.ndarray) -> np.ndarray:
+        """A key of each span's node, equal for spans of one node: here the span itself (paths.py's
+        `PathNodes` has the same)."""
+        return idx
+
     def node(self, i: int) -> int:
         """The node of span i, made with its ancestors' as needed."""
         node_of = self._node_of
