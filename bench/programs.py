@@ -173,16 +173,23 @@ class Programs:
                                     "processes_at_once": max(a.gpus, 1), "programs": {}}
         self.tables: list[str] = []
         self.lock = threading.Lock()  # --gpus: the turns, the results and programs.json are shared
-        self.walls: dict[tuple[str, bool], float] = {}  # (program, profiled): the longest process so far
+        # (program, configuration label): the longest process that gave its figure so far
+        self.walls: dict[tuple[str, str], float] = {}
 
-    def estimate(self, name: str, profiled: bool) -> float:
-        """Seconds the next process of `name` is expected to take: the longest of its kind so far
-        (plain or profiled) with a quarter more, else the program's static estimate (twice it for a
-        profiled one). A static figure alone skipped processes that would have fit: compiled
-        nanoGPT is estimated at 90 s and ran in 22-41 s, so a third of a call's turns went unrun."""
-        seen = self.walls.get((name, profiled))
+    def estimate(self, name: str, label: str, profiled: bool) -> float:
+        """Seconds the next process of `name` under `label` is expected to take: half again the
+        longest of that configuration so far; before one has run, half again the longest of any
+        configuration of the program, twice that for a profiled one (Proton's processes took 1.6x
+        dlpt's); before any, the program's static estimate (twice it for a profiled one). Only
+        processes that gave their figure count: one that failed at once says nothing of the next.
+        A static figure alone skipped processes that would have fit: compiled nanoGPT is
+        estimated at 90 s and ran in 22-41 s, so a third of a call's turns went unrun."""
+        seen = self.walls.get((name, label))
         if seen is not None:
-            return seen * 1.25
+            return seen * 1.5
+        others = [w for (n, _), w in self.walls.items() if n == name]
+        if others:
+            return max(others) * 1.5 * (2 if profiled else 1)
         return PROGRAMS[name].estimate * (2 if profiled else 1)
 
     def one(self, name: str, label: str, mode: str, env: dict[str, str], i: int, gpu: int | None = None) -> float | None:
@@ -194,9 +201,9 @@ class Programs:
                    env={**self.env, **env, **own},
                    interrupt_after=p.interrupt_after)
         v = p.figure(r)
-        key = (name, mode != "plain")
-        with self.lock:
-            self.walls[key] = max(self.walls.get(key, 0.0), float(r["wall_s"]))
+        if v is not None and r["rc"] == 0:
+            with self.lock:
+                self.walls[(name, label)] = max(self.walls.get((name, label), 0.0), float(r["wall_s"]))
         # A driver's own probe lines (bench/workloads/gptfast.py GPTFAST_REPLAYS=1: each CUDA-graph
         # replay timed by CUDA events) are kept with the run.
         probes = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in r.out_lines
@@ -232,7 +239,7 @@ class Programs:
                     if not turns:
                         return
                     i, label, mode, env = turns.pop(0)
-                if not self.budget.allows(self.estimate(name, mode != "plain")):
+                if not self.budget.allows(self.estimate(name, label, mode != "plain")):
                     print(f"  {name} {label} #{i + 1}: skipped, {self.budget.left():.0f} s left", flush=True)
                     continue
                 v = self.one(name, label, mode, env, i, gpu)

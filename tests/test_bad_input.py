@@ -136,6 +136,38 @@ def test_survivable_damage_is_counted(tmp_path, name):
     assert sum(row["self"] for row in doc["rows"]) == good_ns
 
 
+# Numbers a JSON reader gives as Python ints past int64 (msgspec reads up to 2**64 - 1), and a time
+# whose nanoseconds overflow a float: one extra event each beside a good trace. The kernel with a
+# number past int64 keeps its time (the field reads as absent); the spans with such a time are
+# skipped. Each was a traceback, or a numpy overflow warning on stderr.
+BIG = 2**64 - 1
+KERNEL = {"ph": "X", "cat": "kernel", "name": "k_big", "pid": 0, "tid": 7, "ts": 50.0, "dur": 2.0}
+PAST_INT64 = {
+    "correlation": ([{**KERNEL, "args": {"correlation": BIG}}], 2000),
+    "correlation-2**63": ([{**KERNEL, "args": {"correlation": 2**63}}], 2000),
+    "device": ([{**KERNEL, "args": {"device": BIG}}], 2000),
+    "stream": ([{**KERNEL, "args": {"stream": 2**63}}], 2000),
+    "bytes": ([{**KERNEL, "cat": "gpu_memcpy", "name": "Memcpy HtoD", "args": {"bytes": BIG}}], 2000),
+    "pid": ([{**KERNEL, "pid": BIG}], 2000),
+    "span-time": ([{"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 1e306,
+                    "dur": 5.0}], 0),
+    "other-time": ([{"ph": "X", "cat": "some_other", "name": "x", "pid": 1, "tid": 1, "ts": 1e306,
+                     "dur": 5.0}], 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAST_INT64))
+def test_numbers_past_int64_read_as_absent(tmp_path, name):
+    extra, extra_ns = PAST_INT64[name]
+    p = _write(tmp_path, f"{name}.json", _events(extra))
+    r = dlpt("report", str(p), "--format", "json", "--view", "flat", "--by", "kernel")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    good_ns = sum(round(e["dur"] * 1000) for e in GOOD["traceEvents"]
+                  if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
+    assert sum(row["self"] for row in json.loads(r.stdout)["rows"]) == good_ns + extra_ns
+
+
 @pytest.mark.parametrize("name", sorted(ODD_BUT_VALID))
 def test_odd_but_valid_inputs_work(tmp_path, name):
     p = _write(tmp_path, name, ODD_BUT_VALID[name])

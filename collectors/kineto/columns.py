@@ -21,6 +21,8 @@ def _ns(x: object) -> int | None:
         return None
     if x != x or x in (float("inf"), float("-inf")):
         return None
+    if isinstance(x, float) and abs(x) >= _NS_LIMIT / 1000:
+        return None  # damage (the column's range check refuses it), and round() of its product may overflow
     return round(x * 1000)
 
 
@@ -47,15 +49,17 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     n = len(values)
     try:
         # None becomes NaN (invalid below, as `_ns` has it); below 2**53 every int is exact too.
-        x = np.array(values, dtype=np.float64) * 1000.0
+        with np.errstate(over="ignore", invalid="ignore"):  # damage overflows to inf: invalid below, said by no warning
+            x = np.array(values, dtype=np.float64) * 1000.0
         if not (np.abs(x) >= 2.0**53).any():
             ok = np.abs(x) < _NS_LIMIT  # false for nan and inf too
             return np.where(ok, np.rint(x), 0).astype(np.int64), ok
     except (TypeError, ValueError, OverflowError):
         pass
     kinds = set(map(type, values))
-    if kinds <= {float, int}:
-        x = np.asarray(values, dtype=np.float64) * 1000.0
+    if kinds <= {float, int, type(None)}:  # None (an event with no time) is NaN: invalid, as `_ns` has it
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = np.asarray(values, dtype=np.float64) * 1000.0
         # Ints (an event with no `dur` has 0) are exact in float64 while the product stays
         # under 2**53; past that only Python's integers give the same answer.
         if int not in kinds or not len(x) or np.abs(x).max() < 2.0**53:
@@ -64,6 +68,26 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     ns = [_ns(v) for v in values]  # ints keep exact integer arithmetic; None and damage fail
     ok = np.fromiter((v is not None and -_NS_LIMIT < v < _NS_LIMIT for v in ns), dtype=bool, count=n)
     return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
+
+
+def _int_column(values: list[int], bad: int) -> np.ndarray:
+    """Ints as int64, each one past int64 (damage) read as `bad`: a field's value for none."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array([v if -_I64_LIMIT <= v < _I64_LIMIT else bad for v in values], dtype=np.int64)
+
+
+_I64_LIMIT = 1 << 63
+
+
+def _corr_column(corr: list[int]) -> np.ndarray:
+    """Correlations as int64, or as Python ints where one is past int64 (damage, but the reader
+    before the columns linked it to a launch of the same number, so this one does too)."""
+    try:
+        return np.array(corr, dtype=np.int64)
+    except OverflowError:
+        return np.array(corr, dtype=object)
 
 
 @dataclass
@@ -75,7 +99,7 @@ class GpuRows:
     kind: np.ndarray
     start: np.ndarray
     dur: np.ndarray
-    corr: np.ndarray
+    corr: np.ndarray  # int64, or Python ints where one is past int64 (_corr_column)
     device: np.ndarray
     stream: np.ndarray
     nbytes: np.ndarray
@@ -223,19 +247,19 @@ class Columns:
         copy's kind is read from its name when its category does not say it."""
         self.gpu_pids.update([e.pid for e in events])
         args = [e.args or _NO_ARGS for e in events]
-        dev = np.array([a.device for a in args], dtype=np.int64)
-        stream = np.array([a.stream for a in args], dtype=np.int64)
+        dev = _int_column([a.device for a in args], -1)
+        stream = _int_column([a.stream for a in args], -1)
         for j in np.flatnonzero(dev < 0).tolist():
-            dev[j] = as_int(events[j].pid)
+            dev[j] = _int_column([as_int(events[j].pid)], -1)[0]
         for j in np.flatnonzero(stream < 0).tolist():
-            stream[j] = as_int(events[j].tid)
+            stream[j] = _int_column([as_int(events[j].tid)], -1)[0]
         names = [e.name for e in events]
         kind = kind.astype(np.int64)
         for j in np.flatnonzero(kind == MEMCPY_OTHER).tolist():
             kind[j] = copy_kind(names[j])
         self.gpu_name.extend(map(self._names.setdefault, names, names))
-        parts = (kind, start, dur, np.array([a.correlation for a in args], dtype=np.int64), dev, stream,
-                 np.maximum(np.array([a.bytes for a in args], dtype=np.int64), 0))
+        parts = (kind, start, dur, _corr_column([a.correlation for a in args]), dev, stream,
+                 np.maximum(_int_column([a.bytes for a in args], 0), 0))
         for col, part in zip(self._gpu, parts):
             col.append(part)
 

@@ -226,7 +226,8 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_collector.diag.no_cbids = diag.find("nocbids") != std::string::npos;
   g_collector.diag.no_kinds = diag.find("nokinds") != std::string::npos;
   g_collector.diag.graph_only = diag.find("graphonly") != std::string::npos;
-  g_collector.diag.cb_noop = diag.find("cbnoop") != std::string::npos;
+  // Names are found as substrings: no name may hold another's ("cbnoop" held "noop").
+  g_collector.diag.cb_return = diag.find("cbreturn") != std::string::npos;
   if (g_trie.nodes == nullptr) {
     g_trie.nodes = new Chunked<Node>();
     g_trie.cpu = new Chunked<std::atomic<int64_t>>();

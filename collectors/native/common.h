@@ -70,7 +70,7 @@ struct Diagnostics {
   // launches; nocbids, subscribed with no callback enabled; nokinds, the activity API registered with
   // no activity kind; graphonly, graph-level records and no other kind.
   bool no_graph_cb = false, no_cbids = false, no_kinds = false, graph_only = false;
-  bool cb_noop = false;  // cbnoop: CUPTI's callbacks enabled as always, dlpt's callback returning at once
+  bool cb_return = false;  // cbreturn: CUPTI's callbacks enabled as always, dlpt's CUPTI callback returning at once
 };
 
 // The collector as a whole: whether it records, what start() was asked for, the clocks' origin,

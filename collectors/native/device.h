@@ -279,7 +279,7 @@ void graph_launch_exit() {
 
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (g_collector.forked.load(std::memory_order_relaxed)) return;  // a forked child records nothing (collector.cpp)
-  if (g_collector.diag.cb_noop) return;
+  if (g_collector.diag.cb_return) return;
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  // module loads and unloads: --pc-samples only
     pcs_resource(cbid, data);
     return;
