@@ -126,15 +126,10 @@ def device(argv: list[str]) -> int:
         log.flush()
 
     def step(cmd: list[str], timeout: float, cwd: str = ROOT) -> int:
-        """Run cmd, its output to the screen and device.log."""
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            for line in p.stdout or ():
-                say(line.rstrip("\n"))
-            return p.wait(timeout=max(timeout, 1))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            return -9
+        """Run cmd, its output to the screen and device.log (runlib.stream keeps the deadline)."""
+        import runlib
+
+        return runlib.stream(cmd, timeout, say, cwd)
 
     wheels = sorted(glob.glob(os.path.join(ROOT, ".whl", "*.whl")))
     if wheels:  # dlpt's dependencies the device image lacks, carried in .whl/

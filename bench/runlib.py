@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,6 +145,37 @@ def gpu_name() -> str:
     lines = [x.strip() for x in r.stdout.splitlines() if x.strip()]
     kinds = sorted(set(lines))
     return "; ".join(f"{lines.count(k)} × {k}" if lines.count(k) > 1 else k for k in kinds)
+
+
+def stream(cmd: list[str], timeout: float, say: Callable[[str], None], cwd: str | None = None) -> int:
+    """Run cmd with its output, line by line, to `say`; its exit status, or -9 where it ran past
+    `timeout` seconds and was killed with every process it started (its own session). The
+    deadline is kept by a timer, not by the wait after the output ends: a child that hangs
+    without printing, or a grandchild that keeps the pipe open, would otherwise hold the caller
+    past any limit (the device tool's 10 minutes, which loses every table not yet printed)."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(max(timeout, 1), kill)
+    timer.start()
+    try:
+        for line in p.stdout or ():
+            say(line.rstrip("\n"))
+        rc = p.wait()
+    finally:
+        timer.cancel()
+    if killed.is_set():
+        say(f"(killed after {max(timeout, 1):.0f} s: {' '.join(cmd)[:200]})")
+        return -9
+    return rc
 
 
 class Budget:

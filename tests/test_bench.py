@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,3 +97,26 @@ def test_programs_estimate_a_turn_from_the_processes_already_run(tmp_path: Path)
                        env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "FIGURES [7.0, 7.0, 7.0, 7.0]" in r.stdout, r.stdout[-2000:]
+
+
+# A child that prints, then hangs with a grandchild holding its output pipe: the deadline still holds.
+HANGS = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_device_step_is_killed_at_its_deadline_with_what_it_started() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import runlib
+    finally:
+        sys.path.pop(0)
+    said: list[str] = []
+    t0 = time.monotonic()
+    rc = runlib.stream([sys.executable, "-c", HANGS], 2, said.append)
+    assert rc == -9 and time.monotonic() - t0 < 15, (rc, said)
+    assert said[0] == "started" and said[-1].startswith("(killed after 2 s"), said
+    assert runlib.stream([sys.executable, "-c", "print('done')"], 30, said.append) == 0 and said[-1] == "done"
