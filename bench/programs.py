@@ -30,7 +30,10 @@ busy, not of one process alone (the table's title says how many ran at once).
 
 The table gives, per configuration: every process's figure in run order, the median, its ratio
 to the baseline's median (as slowdown: >1 is slower), and the range of each process's ratio to
-that median — the spread a user meets in one run. On the device machines the unprofiled
+that median — the spread a user meets in one run. After it, each recorded process's figure beside
+what `dlpt report` says of that process (its findings with their shares and first lines, and the
+steady state's GPU busy share): a verdict is a claim, checked here against the program's own
+timer. On the device machines the unprofiled
 programs themselves spread (docs/BENCHMARKS.md: gpt-fast --compile 1,214-1,898 tok/s over 7
 processes), so read a ratio with the baseline's own range beside it. Writes programs.json under
 $OUT.
@@ -134,6 +137,28 @@ TORCH_PROFILER_CUDA = rl.TORCH_PROFILER_RUN.replace(
     "acts = [ProfilerActivity.CUDA]").replace("with_stack=True", "with_stack=False")
 
 
+def verdicts(profile: str, cwd: str) -> dict[str, Any] | None:
+    """What `dlpt report` says of a recorded process, to set beside the figure the program printed
+    (a verdict is a claim, checked against the program's own timers): each finding's rule, its
+    share and the line it names first, and the steady state's GPU busy share. None where the
+    report fails (its error is in the log)."""
+    r = rl.run([rl.PY, "-m", "dlpt", "report", profile, "--format", "json", "--view", "flat", "--top", "3"],
+               cwd=cwd, timeout=300)
+    try:
+        summary = json.loads("\n".join(r.out_lines))["summary"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    found = [{"rule": f.get("rule"), "share": f.get("share"), "of": f.get("of"), "line": (f.get("lines") or [None])[0]}
+             for f in summary.get("findings") or []]
+    steady = (summary.get("phases") or {}).get("steady") or {}
+    busy = (steady["gpu_busy_time"] / steady["wall_time"]
+            if steady.get("gpu_busy_time") is not None and steady.get("wall_time") else None)
+    words = ", ".join(f"{f['rule']} {f['share']:.0%} of the {f['of']}" if f["share"] is not None else f"{f['rule']}"
+                      for f in found) or "no finding"
+    line = words + (f"; steady-state GPU busy {busy:.0%}" if busy is not None else "")
+    return {"findings": found, "steady_gpu_busy": busy, "line": line}
+
+
 def launcher(mode: str, out: str, work: str) -> list[str]:
     """The argv before a program's own: how a user starts it under each configuration."""
     if mode == "plain":
@@ -173,6 +198,7 @@ class Programs:
                                     "processes_at_once": max(a.gpus, 1), "programs": {}}
         self.tables: list[str] = []
         self.lock = threading.Lock()  # --gpus: the turns, the results and programs.json are shared
+        self.said: list[str] = []  # each recorded process's figure beside dlpt's verdict on it
         # (program, configuration label): the longest process that gave its figure so far
         self.walls: dict[tuple[str, str], float] = {}
 
@@ -208,11 +234,15 @@ class Programs:
         # replay timed by CUDA events) are kept with the run.
         probes = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in r.out_lines
                   if x.startswith(("REPLAYS {", "THREADS ["))}
+        said = verdicts(out, cwd=self.work) if mode == "dlpt" and os.path.isfile(out) else None
         with self.lock:
             self.res["programs"][name]["runs"].append({"config": label, "round": i, "figure": v, "gpu": gpu,
-                                                       **probes, **r.brief()})
+                                                       **probes, **r.brief(), **({"dlpt": said} if said else {})})
+            if said:
+                self.said.append(f"{name} {label} #{i + 1}: {v} {p.unit} · {said['line']}")
         where = "" if gpu is None else f" on GPU {gpu}"
-        print(f"  {name} {label} #{i + 1}{where}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)", flush=True)
+        print(f"  {name} {label} #{i + 1}{where}: {v} {p.unit} (rc {r['rc']}, {r['wall_s']} s)"
+              + (f"; dlpt says {said['line']}" if said else ""), flush=True)
         return v
 
     def program(self, name: str) -> None:
@@ -273,6 +303,10 @@ class Programs:
             ["configuration", "processes", f"each process ({p.unit}, in run order)", "median",
              f"slowdown vs {base_label} median", "each process's slowdown"], rows))
         print(self.tables[-1], flush=True)
+        mine = [x for x in self.said if x.startswith(name + " ")]
+        if mine:
+            self.tables.append(f"{name}: dlpt's verdicts, each beside the process's own figure\n"
+                               + "\n".join(f"- {x}" for x in mine))
 
     def run(self) -> None:
         for name in self.a.programs.split(","):

@@ -3,6 +3,7 @@ themselves measure, on the device machine or for minutes, and are never run as t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,3 +121,36 @@ def test_a_device_step_is_killed_at_its_deadline_with_what_it_started() -> None:
     assert rc == -9 and time.monotonic() - t0 < 15, (rc, said)
     assert said[0] == "started" and said[-1].startswith("(killed after 2 s"), said
     assert runlib.stream([sys.executable, "-c", "print('done')"], 30, said.append) == 0 and said[-1] == "done"
+
+
+# A recorded process's figure is set beside what dlpt says of it (dlpt report's findings and the
+# steady state's GPU share), in programs.json and in a section of the tables.
+PROGRAMS_VERDICTS = """
+import argparse, json, os, sys
+sys.path.insert(0, "bench")
+import programs as pg
+script = os.path.join(sys.argv[1], "prog.py")
+with open(script, "w") as f:
+    f.write("import torch\\nx = torch.ones(64, 64)\\nfor _ in range(50):\\n    x = (x @ x).tanh()\\nprint(3.5)\\n")
+pg.PROGRAMS["tiny"] = pg.Program(lambda work: ([script], work),
+                                 lambda r: float(r.out_lines[-1]) if r.out_lines else None, "x", True, 30.0)
+a = argparse.Namespace(budget=300, configs="plain,dlpt", env=[], gpus=1, procs=1, warm=False, programs="tiny")
+run = pg.Programs(a)
+run.program("tiny")
+print("RUNS", json.dumps(run.res["programs"]["tiny"]["runs"]))
+print("TABLES", json.dumps(run.tables))
+"""
+
+
+def test_programs_set_dlpts_verdict_beside_each_recorded_figure(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", PROGRAMS_VERDICTS, str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, "OUT": str(tmp_path)}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RUNS "))[5:])
+    tables = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("TABLES "))[7:])
+    by = {x["config"]: x for x in runs}
+    assert by["plain"]["figure"] == by["dlpt"]["figure"] == 3.5 and "dlpt" not in by["plain"]
+    said = by["dlpt"]["dlpt"]
+    assert isinstance(said["findings"], list) and said["line"], said
+    assert said["steady_gpu_busy"] is None  # no GPU here: no share, not a zero
+    assert any(t.startswith("tiny: dlpt's verdicts") and said["line"] in t for t in tables), tables
