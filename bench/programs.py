@@ -150,13 +150,41 @@ def verdicts(profile: str, cwd: str) -> dict[str, Any] | None:
         return None
     found = [{"rule": f.get("rule"), "share": f.get("share"), "of": f.get("of"), "line": (f.get("lines") or [None])[0]}
              for f in summary.get("findings") or []]
+    split = _split(profile, cwd)
     steady = (summary.get("phases") or {}).get("steady") or {}
     busy = (steady["gpu_busy_time"] / steady["wall_time"]
             if steady.get("gpu_busy_time") is not None and steady.get("wall_time") else None)
     words = ", ".join(f"{f['rule']} {f['share']:.0%} of the {f['of']}" if f["share"] is not None else f"{f['rule']}"
                       for f in found) or "no finding"
     line = words + (f"; steady-state GPU busy {busy:.0%}" if busy is not None else "")
-    return {"findings": found, "steady_gpu_busy": busy, "line": line}
+    if split and split.get("device"):
+        parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced")
+        line += " (" + ", ".join(f"{k} {split[k]:.0%}" for k in parts if split.get(k)) + \
+            f"; {split['short_kernels']} of {split['kernels']} kernels short)"
+    return {"findings": found, "steady_gpu_busy": busy, "split": split, "line": line}
+
+
+# The evidence the rules read (dlpt.evidence): each part's share of the judged GPU time, the
+# idle parts by cause. Printed by a child with the recording's dlpt, as the report is.
+_SPLIT = """
+import json, sys
+import dlpt
+from dlpt.evidence import evidence
+e = evidence(dlpt.load(sys.argv[1]))
+s = e.split
+parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced", "comm_wait", "pageable")
+print(json.dumps({"of": e.of, "device": int(s.device), "kernels": int(s.kernels), "short_kernels": int(s.short_kernels),
+                  **{k: round(s.share(getattr(s, k)), 4) for k in parts}}))
+"""
+
+
+def _split(profile: str, cwd: str) -> dict[str, Any] | None:
+    """What the verdict rules saw (`_SPLIT`); None where it cannot be read."""
+    r = rl.run([rl.PY, "-c", _SPLIT, profile], cwd=cwd, timeout=300)
+    try:
+        return json.loads(r.out_lines[-1])
+    except (ValueError, IndexError):
+        return None
 
 
 def launcher(mode: str, out: str, work: str) -> list[str]:

@@ -153,4 +153,5 @@ def test_programs_set_dlpts_verdict_beside_each_recorded_figure(tmp_path: Path) 
     said = by["dlpt"]["dlpt"]
     assert isinstance(said["findings"], list) and said["line"], said
     assert said["steady_gpu_busy"] is None  # no GPU here: no share, not a zero
+    assert said["split"]["device"] == 0 and said["split"]["kernels"] == 0  # what the rules saw: no GPU time
     assert any(t.startswith("tiny: dlpt's verdicts") and said["line"] in t for t in tables), tables
