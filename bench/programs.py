@@ -31,9 +31,9 @@ busy, not of one process alone (the table's title says how many ran at once).
 The table gives, per configuration: every process's figure in run order, the median, its ratio
 to the baseline's median (as slowdown: >1 is slower), and the range of each process's ratio to
 that median — the spread a user meets in one run. After it, each recorded process's figure beside
-what `dlpt report` says of that process (its findings with their shares and first lines, and the
-steady state's GPU busy share): a verdict is a claim, checked here against the program's own
-timer. On the device machines the unprofiled
+what dlpt says of that process (its findings with their shares and first lines, the steady
+state's GPU busy share, and the split of it the rules read): a verdict is a claim, checked here
+against the program's own timer. On the device machines the unprofiled
 programs themselves spread (docs/BENCHMARKS.md: gpt-fast --compile 1,214-1,898 tok/s over 7
 processes), so read a ratio with the baseline's own range beside it. Writes programs.json under
 $OUT.
@@ -137,54 +137,48 @@ TORCH_PROFILER_CUDA = rl.TORCH_PROFILER_RUN.replace(
     "acts = [ProfilerActivity.CUDA]").replace("with_stack=True", "with_stack=False")
 
 
-def verdicts(profile: str, cwd: str) -> dict[str, Any] | None:
-    """What `dlpt report` says of a recorded process, to set beside the figure the program printed
-    (a verdict is a claim, checked against the program's own timers): each finding's rule, its
-    share and the line it names first, and the steady state's GPU busy share. None where the
-    report fails (its error is in the log)."""
-    r = rl.run([rl.PY, "-m", "dlpt", "report", profile, "--format", "json", "--view", "flat", "--top", "3"],
-               cwd=cwd, timeout=300)
-    try:
-        summary = json.loads("\n".join(r.out_lines))["summary"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    found = [{"rule": f.get("rule"), "share": f.get("share"), "of": f.get("of"), "line": (f.get("lines") or [None])[0]}
-             for f in summary.get("findings") or []]
-    split = _split(profile, cwd)
-    steady = (summary.get("phases") or {}).get("steady") or {}
-    busy = (steady["gpu_busy_time"] / steady["wall_time"]
-            if steady.get("gpu_busy_time") is not None and steady.get("wall_time") else None)
-    words = ", ".join(f"{f['rule']} {f['share']:.0%} of the {f['of']}" if f["share"] is not None else f"{f['rule']}"
-                      for f in found) or "no finding"
-    line = words + (f"; steady-state GPU busy {busy:.0%}" if busy is not None else "")
-    if split and split.get("device"):
-        parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced")
-        line += " (" + ", ".join(f"{k} {split[k]:.0%}" for k in parts if split.get(k)) + \
-            f"; {split['short_kernels']} of {split['kernels']} kernels short)"
-    return {"findings": found, "steady_gpu_busy": busy, "split": split, "line": line}
-
-
-# The evidence the rules read (dlpt.evidence): each part's share of the judged GPU time, the
-# idle parts by cause. Printed by a child with the recording's dlpt, as the report is.
-_SPLIT = """
+# What dlpt says of a recording, read in one child with the recording's dlpt: the findings (as
+# `dlpt report` gives them), the steady state's GPU busy share (its phase figures, as the report's
+# summary has them), and the evidence the rules read (dlpt.evidence: each part's share of the
+# judged GPU time, the idle parts by cause).
+_VERDICTS = """
 import json, sys
 import dlpt
 from dlpt.evidence import evidence
-e = evidence(dlpt.load(sys.argv[1]))
+from dlpt.findings import findings
+from dlpt.phases import phase_figures
+p = dlpt.load(sys.argv[1])
+e = evidence(p)
 s = e.split
+steady = [f for f in phase_figures(p) if f.name == "steady"]
 parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced", "comm_wait", "pageable")
-print(json.dumps({"of": e.of, "device": int(s.device), "kernels": int(s.kernels), "short_kernels": int(s.short_kernels),
-                  **{k: round(s.share(getattr(s, k)), 4) for k in parts}}))
+print(json.dumps({
+    "findings": [{"rule": f.rule, "share": f.share, "of": f.of, "line": (f.lines or [None])[0]} for f in findings(p)],
+    "steady_gpu_busy": steady[0].busy / steady[0].wall if steady and steady[0].busy is not None and steady[0].wall
+    else None,
+    "split": {"of": e.of, "device": int(s.device), "kernels": int(s.kernels), "short_kernels": int(s.short_kernels),
+              **{k: round(s.share(getattr(s, k)), 4) for k in parts}}}))
 """
 
 
-def _split(profile: str, cwd: str) -> dict[str, Any] | None:
-    """What the verdict rules saw (`_SPLIT`); None where it cannot be read."""
-    r = rl.run([rl.PY, "-c", _SPLIT, profile], cwd=cwd, timeout=300)
+def verdicts(profile: str, cwd: str) -> dict[str, Any] | None:
+    """What dlpt says of a recorded process (`_VERDICTS`), to set beside the figure the program
+    printed (a verdict is a claim, checked against the program's own timers), with a line of it
+    in words. None where the profile cannot be read (its error is in the log)."""
+    r = rl.run([rl.PY, "-c", _VERDICTS, profile], cwd=cwd, timeout=300)
     try:
-        return json.loads(r.out_lines[-1])
+        said = json.loads(r.out_lines[-1])
     except (ValueError, IndexError):
         return None
+    found, busy, split = said["findings"], said["steady_gpu_busy"], said["split"]
+    words = ", ".join(f"{f['rule']} {f['share']:.0%} of the {f['of']}" if f["share"] is not None else f"{f['rule']}"
+                      for f in found) or "no finding"
+    line = words + (f"; steady-state GPU busy {busy:.0%}" if busy is not None else "")
+    if split["device"]:
+        parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced")
+        line += " (" + ", ".join(f"{k} {split[k]:.0%}" for k in parts if split.get(k)) + \
+            f"; {split['short_kernels']} of {split['kernels']} kernels short)"
+    return {**said, "line": line}
 
 
 def launcher(mode: str, out: str, work: str) -> list[str]:

@@ -70,24 +70,19 @@ def _ns_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter((v if k else 0 for v, k in zip(ns, ok.tolist())), dtype=np.int64, count=n), ok
 
 
-def _int_column(values: list[int], bad: int) -> np.ndarray:
-    """Ints as int64, each one past int64 (damage) read as `bad`: a field's value for none."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:
-        return np.array([v if -_I64_LIMIT <= v < _I64_LIMIT else bad for v in values], dtype=np.int64)
-
-
 _I64_LIMIT = 1 << 63
 
 
-def _corr_column(corr: list[int]) -> np.ndarray:
-    """Correlations as int64, or as Python ints where one is past int64 (damage, but the reader
-    before the columns linked it to a launch of the same number, so this one does too)."""
+def _int_column(values: list[int], bad: int | None) -> np.ndarray:
+    """Ints as int64, each one past int64 (damage) read as `bad`, a field's value for none; with
+    `bad` None, a column of Python ints instead (correlations: the reader before the columns
+    linked one past int64 to a launch of the same number, so this one does too)."""
     try:
-        return np.array(corr, dtype=np.int64)
+        return np.array(values, dtype=np.int64)
     except OverflowError:
-        return np.array(corr, dtype=object)
+        if bad is None:
+            return np.array(values, dtype=object)
+        return np.array([v if -_I64_LIMIT <= v < _I64_LIMIT else bad for v in values], dtype=np.int64)
 
 
 @dataclass
@@ -99,7 +94,7 @@ class GpuRows:
     kind: np.ndarray
     start: np.ndarray
     dur: np.ndarray
-    corr: np.ndarray  # int64, or Python ints where one is past int64 (_corr_column)
+    corr: np.ndarray  # int64, or Python ints where one is past int64 (_int_column)
     device: np.ndarray
     stream: np.ndarray
     nbytes: np.ndarray
@@ -250,7 +245,7 @@ class Columns:
         dev = _int_column([a.device for a in args], -1)
         stream = _int_column([a.stream for a in args], -1)
         for j in np.flatnonzero(dev < 0).tolist():
-            dev[j] = _int_column([as_int(events[j].pid)], -1)[0]
+            dev[j] = _int_column([as_int(events[j].pid)], -1)[0]  # a pid past int64 reads as none too
         for j in np.flatnonzero(stream < 0).tolist():
             stream[j] = _int_column([as_int(events[j].tid)], -1)[0]
         names = [e.name for e in events]
@@ -258,7 +253,7 @@ class Columns:
         for j in np.flatnonzero(kind == MEMCPY_OTHER).tolist():
             kind[j] = copy_kind(names[j])
         self.gpu_name.extend(map(self._names.setdefault, names, names))
-        parts = (kind, start, dur, _corr_column([a.correlation for a in args]), dev, stream,
+        parts = (kind, start, dur, _int_column([a.correlation for a in args], None), dev, stream,
                  np.maximum(_int_column([a.bytes for a in args], 0), 0))
         for col, part in zip(self._gpu, parts):
             col.append(part)
