@@ -157,6 +157,8 @@ print(json.dumps({
     "steady_gpu_busy": steady[0].busy / steady[0].wall if steady and steady[0].busy is not None and steady[0].wall
     else None,
     "split": {"of": e.of, "device": int(s.device), "kernels": int(s.kernels), "short_kernels": int(s.short_kernels),
+              "launch_us_host": round(s.launch_host / s.launch_kernels / 1e3, 1) if s.launch_kernels else None,
+              "launch_us_gpu": round(s.launch_gpu / s.launch_kernels / 1e3, 1) if s.launch_kernels else None,
               **{k: round(s.share(getattr(s, k)), 4) for k in parts}}}))
 """
 
@@ -177,7 +179,9 @@ def verdicts(profile: str, cwd: str) -> dict[str, Any] | None:
     if split["device"]:
         parts = ("busy", "queued", "launch", "python", "after_sync", "loader", "unplaced")
         line += " (" + ", ".join(f"{k} {split[k]:.0%}" for k in parts if split.get(k)) + \
-            f"; {split['short_kernels']} of {split['kernels']} kernels short)"
+            f"; {split['short_kernels']} of {split['kernels']} kernels short" + \
+            (f"; launching lines {split['launch_us_host']} us of host time per launch, {split['launch_us_gpu']} us "
+             "of GPU time per kernel" if split.get("launch_us_host") is not None else "") + ")"
     return {**said, "line": line}
 
 

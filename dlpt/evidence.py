@@ -12,8 +12,8 @@ launched again (`after_sync`); the rest is shared between the lines that ran dur
 by their class:
 
 - data loading (a line inside `torch/utils/data/`, or a `for … in loader:` line): L;
-- launching short kernels (a line whose kernels, launched one by one and not replayed inside a
-  CUDA graph, average under 10 µs): K;
+- launching short kernels (a line that launches, one by one and not replayed inside a CUDA
+  graph, kernels whose op averages under 10 µs a kernel): K;
 - the host's own Python (every other line: per-sample loops, preprocessing, logging): P;
 
 each line's idle scaled by (blamed − A) / blamed, so that A + L + K + P is the blamed idle.
@@ -181,6 +181,11 @@ class Split:
     kernels: int = 0
     short_mean: float = 0.0
     lines_short: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # The launching lines' pace (the lines of K): kernels launched one by one from them, the GPU
+    # time those kernels ran, and the host's time on those lines (every thread's).
+    launch_kernels: int = 0
+    launch_gpu: float = 0.0
+    launch_host: float = 0.0
 
     @property
     def compute(self) -> int:
@@ -224,9 +229,8 @@ def split(profile: Profile, w: Waits, lines: Lines) -> Split:
     short = a.duration[k] < SHORT_KERNEL_NS * np.maximum(count, 1)
     s.kernels, s.short_kernels = int(count.sum()), int(count[short].sum())
     s.short_mean = float(a.duration[k][short].sum()) / max(s.short_kernels, 1)
-    launches = np.zeros(len(profile.cct), dtype=np.float64)
-    np.add.at(launches, a.node[k][short], count[short])
-    s.lines_short = lines.sums(launches)
+    n = len(profile.cct)
+    s.lines_short = lines.sums(np.bincount(a.node[k][short], weights=count[short], minlength=n))
     idle = column(profile, "gpu_idle_time").astype(np.float64)
     per_line = lines.sums(idle)
     in_loader = lines.sums(np.where(loader_mask(profile, lines), idle, 0.0))
@@ -242,6 +246,12 @@ def split(profile: Profile, w: Waits, lines: Lines) -> Split:
     s.lines_launch = np.where(launching, rest, 0.0)
     s.lines_python = np.where(launching, 0.0, rest)
     s.loader, s.launch, s.python = (float(x.sum()) for x in (s.lines_loader, s.lines_launch, s.lines_python))
+    # How fast those lines launched against how long their kernels ran: a host that takes longer
+    # to launch a kernel than the kernel runs starves the GPU whatever the kernels' length
+    # (nanoGPT's character model at batch 64: kernels of 8-40 us, launched at 10-20 us each).
+    s.launch_kernels = int(lines.sums(np.bincount(a.node[k], weights=count, minlength=n))[launching].sum())
+    s.launch_gpu = float(lines.sums(np.bincount(a.node[k], weights=a.duration[k], minlength=n))[launching].sum())
+    s.launch_host = float(lines.sums(column(profile, "host_time").astype(np.float64))[launching].sum())
     return s
 
 

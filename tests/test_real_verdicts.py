@@ -7,6 +7,9 @@ run (`*.truth.json` beside each profile: their own timers).
   everything is compiled) and `Time for inference i` per sample.
 - gpu_imagenet_j1: pytorch/examples imagenet `--dummy -a resnet50 -b 64 -j 1 --print-freq 1`,
   stopped with Ctrl-C; its `Data` meter says how long each step waited for its batch.
+- gpu_nanogpt_b64: nanoGPT `train.py config/train_shakespeare_char.py` eager (batch 64), 60
+  iterations, recorded on an H200 by `bench/run.py device programs --programs nanogpt`'s
+  arrangement; it prints each iteration's time.
 """
 
 from __future__ import annotations
@@ -111,3 +114,29 @@ def test_kernels_replayed_in_a_cuda_graph_are_no_launches() -> None:
     replayed = sum(c for n, c in kernels if under_replay(n))
     assert replayed >= 25, replayed  # 5 kernel nodes × 5+ replays in the steady state
     assert e.split.kernels == sum(c for _, c in kernels) - replayed
+
+
+def test_nanogpt_at_batch_64_is_told_both_halves_of_its_idle() -> None:
+    """nanoGPT's character model at batch 64: most of its kernels run 10 us or more, so the
+    short-kernel half of launch-bound does not fire, yet its launching lines take 48 us of host
+    time per launch for 14 us of GPU time per kernel. The steady state's findings explain the GPU's
+    idle as the program's own timer shows it (its 60 iterations' time, less the kernels' time the
+    recording measured): launch-bound on the lines that launch op by op, host-bound on get_batch's
+    per-sample loops (train.py:124-125: a Python list of 64 numpy slices a batch)."""
+    prof, truth = _load("gpu_nanogpt_b64")
+    steady = {f.rule: f for f in fd.findings(prof) if f.of == "steady state"}
+    assert set(steady) == {"launch-bound", "host-bound"}, steady
+    launch, host = steady["launch-bound"], steady["host-bound"]
+    from dlpt.evidence import evidence
+
+    s = evidence(prof).split
+    assert s.short_kernels < fd.LAUNCH_SHORT_SHARE * s.kernels  # the pace, not the short kernels, decides
+    assert s.launch_host > s.launch_gpu and "of host time per launch" in launch.figure
+    assert "torch.compile" in launch.remedy
+    assert {x.rsplit("/", 1)[-1] for x in host.lines[:2]} == {"train.py:124", "train.py:125"}
+    # The program's own timer: iterations 1-60 (iteration 0 holds start-up) against the GPU's busy
+    # time in the steady state; the two verdicts together explain at least 85% of that idle.
+    loop_s = sum(ms for i, ms in truth["iter_ms"].items() if int(i) >= 1) / 1e3
+    idle_share = 1.0 - s.busy / 1e9 / loop_s
+    assert 0.5 < idle_share < 0.8, idle_share
+    assert 0.85 * idle_share <= launch.share + host.share <= idle_share + 0.02, (launch.share, host.share, idle_share)

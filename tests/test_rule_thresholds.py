@@ -68,6 +68,28 @@ def test_launch_bound_at_its_three_thresholds() -> None:
     assert rule(short_kernels=int(fd.LAUNCH_SHORT_SHARE * k) - 1) is None
 
 
+def test_launch_bound_with_longer_kernels_where_the_host_launches_slower_than_they_run() -> None:
+    """Fewer than half the kernels short, yet the launching lines' host time per launch above
+    their kernels' GPU time each: the host cannot keep the GPU fed (nanoGPT at batch 64)."""
+    k = fd.LAUNCH_MIN_KERNELS
+    few = int(fd.LAUNCH_SHORT_SHARE * k) - 1
+
+    def rule(host: float, gpu: float = 1_000.0 * k, kernels: int = k):
+        return fd.launch_bound(ev(launch=fd.LAUNCH_SHARE * D, kernels=k, short_kernels=few, lines_short=np.array([0.0, 5.0]),
+                                  launch_kernels=kernels, launch_gpu=gpu, launch_host=host))
+
+    f = rule(host=1_000.0 * k + 1)
+    assert f is not None and f.share == pytest.approx(fd.LAUNCH_SHARE)
+    assert f.figure.endswith(f"the launching lines' {k} kernels ran 1.0 us each on the GPU against 1.0 us of host "
+                             "time per launch")
+    assert rule(host=1_000.0 * k) is None  # "above": not at
+    assert rule(host=1e9, kernels=0) is None  # no kernel on the launching lines: no pace to compare
+    # Mostly short: the pace is not asked for, nor said.
+    f = fd.launch_bound(ev(launch=fd.LAUNCH_SHARE * D, kernels=k, short_kernels=k, lines_short=np.array([0.0, 5.0]),
+                           launch_kernels=k, launch_gpu=1e9, launch_host=1.0))
+    assert f is not None and "launching lines'" not in f.figure
+
+
 def test_host_bound_and_sync_at_their_thresholds() -> None:
     assert fd.host_bound(ev(python=fd.HOST_SHARE * D - 1, lines_python=np.array([1.0, 0.0]))) is None
     assert fd.host_bound(ev(python=fd.HOST_SHARE * D, lines_python=np.array([1.0, 0.0]))) is not None
