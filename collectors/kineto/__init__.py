@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterable
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto.columns import Columns, unknown_device_events
-from dlpt.collectors.kineto.decode import Event, Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
+from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
-from dlpt.collectors.kineto.parallel import read_halves
 from dlpt.frames import Frame, FrameTable
 from dlpt.header import Header, Window
 from dlpt.profile import Profile
@@ -112,21 +110,17 @@ def _wall_window(base: int, cols: Columns) -> Window | None:
     return {"start": base + cols.first, "end": base + cols.last}
 
 
-def _columns(events: Iterable[list[Event]]) -> Columns:
-    cols = Columns()
-    for chunk in events:
-        cols.add(chunk)
-    return cols
-
-
 def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns; large files a slice
     at a time (decode.py), so that the decoded events of only one slice are alive at once."""
     sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
-        meta, events = sliced
+        meta, slices = sliced
+        cols = Columns()
         try:
-            return meta, read_halves(events, _columns, Columns.merge)  # parallel.py: half in a second process
+            for events in slices:
+                cols.add(events)
+            return meta, cols
         except Unsplittable:
             notes.clear()  # read again, whole
     trace = decode(path, notes)

@@ -258,69 +258,6 @@ class Columns:
         for col, part in zip(self._gpu, parts):
             col.append(part)
 
-    # Pickled (parallel.py hands a child's columns back so): the per-span and per-row names go as
-    # their distinct values and the columns that index them, which unpickle a fifth as fast as a
-    # list of a few hundred thousand references.
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        del state["name"]
-        distinct = list(self._names)
-        code = {name: i for i, name in enumerate(distinct)}
-        state["gpu_name"] = (distinct, np.array([code[x] for x in self.gpu_name], dtype=np.int64))
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        distinct, codes = state["gpu_name"]
-        state["gpu_name"] = [distinct[i] for i in codes.tolist()]
-        state["_names"] = dict(zip(distinct, distinct))
-        self.__dict__.update(state)
-        by_first = {j: name for name, j in self._first.items()}
-        self.name = [by_first[j] for j in np.concatenate(self.name_first).tolist()] if self.name_first else []
-
-    def merge(self, later: Columns) -> None:
-        """Appends the columns of the events that follow this pass's (`later`, read by another
-        process from the rest of the file), as if `add` had gone on to read them: thread ids,
-        one name object per distinct name and each name's first span, the first launch of each
-        correlation, and the last flow of each id come out the same (tests/test_kineto_halves.py)."""
-        n0 = self.n
-        # Threads: the later pass numbered its keys by first appearance, as this one goes on to.
-        tmap = np.array([self.thread_ids.setdefault(k, len(self.thread_ids)) for k in later.thread_ids],
-                        dtype=np.int64)
-        self.kind.extend(later.kind)
-        self.start.extend(later.start)
-        self.end.extend(later.end)
-        self.seq.extend(later.seq)
-        self.thread.extend(tmap[t] if len(t) else t for t in later.thread)
-        # Names: each distinct name's first span is this pass's where it has one, else the later one's.
-        firsts = sorted(later._first.items(), key=lambda kv: kv[1])
-        at = np.array([j for _, j in firsts], dtype=np.int64)
-        to = np.array([self._first.setdefault(name, n0 + j) for name, j in firsts], dtype=np.int64)
-        remapped = [to[np.searchsorted(at, f)] if len(f) else f for f in later.name_first]
-        self.name_first.extend(remapped)
-        self.name.extend(later.name)
-        if remapped:
-            self.name[n0:] = map(self.name.__getitem__, np.concatenate(remapped).tolist())
-        setdefault = self.launch_of_corr.setdefault
-        for c, j in later.launch_of_corr.items():
-            setdefault(c, n0 + j)
-        self.n = n0 + later.n
-        for mine, theirs in ((self.flow_s, later.flow_s), (self.flow_f, later.flow_f)):
-            for fid, (t, ts) in theirs.items():
-                mine[fid] = (int(tmap[t]), ts)
-        for col, part in zip(self._gpu, later._gpu):
-            col.extend(part)
-        self.gpu_name.extend(map(self._names.setdefault, later.gpu_name, later.gpu_name))
-        self.thread_names.update(later.thread_names)
-        self.labels.update(later.labels)
-        self.unknown.update(later.unknown)
-        self.gpu_pids |= later.gpu_pids
-        self.skipped += later.skipped
-        if later.first is not None:
-            self.first = later.first if self.first is None else min(self.first, later.first)
-        if later.last is not None:
-            self.last = later.last if self.last is None else max(self.last, later.last)
-        self.memory.merge(later.memory)
-
     def gpu_rows(self) -> GpuRows:
         """The GPU events' rows, in event order."""
         kind, start, dur, corr, device, stream, nbytes = (np.concatenate(c) if c else np.zeros(0, dtype=np.int64)

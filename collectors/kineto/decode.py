@@ -354,31 +354,8 @@ class Unsplittable(Exception):
     wrong with it, if anything."""
 
 
-class Sliced:
-    """A trace's events as a byte range of its file (a JSON list's inside, without its brackets),
-    decoded a slice at a time when iterated; `halves` cuts the range in two between events."""
-
-    def __init__(self, data: bytes, lo: int, hi: int, chunk_bytes: int, notes: dict[str, int] | None) -> None:
-        self.data, self.lo, self.hi, self.chunk_bytes, self.notes = data, lo, hi, chunk_bytes, notes
-
-    def __iter__(self) -> Iterator[list[Event]]:
-        return _slices(self.data, self.lo, self.hi, self.chunk_bytes, self.notes)
-
-    def halves(self, notes: dict[str, int]) -> tuple[Sliced, Sliced] | None:
-        """The first half, and the second with its own `notes`, cut at the first `}, {` past the
-        middle, as slices are cut (a wrong cut fails to decode, `_slices` says why); None where
-        the range holds fewer than four slices."""
-        if self.hi - self.lo < 4 * self.chunk_bytes:
-            return None
-        m = _BETWEEN.search(self.data, (self.lo + self.hi) // 2, self.hi)
-        if m is None:
-            return None
-        return (Sliced(self.data, self.lo, m.start() + 1, self.chunk_bytes, self.notes),
-                Sliced(self.data, m.end() - 1, self.hi, self.chunk_bytes, notes))
-
-
 def decode_chunks(path: str, chunk_bytes: int | None = None,
-                  notes: dict[str, int] | None = None) -> tuple[Trace, Sliced] | None:
+                  notes: dict[str, int] | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
     """(the trace without its events, the events a slice at a time), or None when the file is
     small or not laid out as expected. The iterator raises `Unsplittable` when a slice does not
     decode; the caller then starts again with `decode`.
@@ -396,7 +373,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
         close = data.rfind(b"]")
         if close < first or data[close + 1:].strip():
             return None  # no closing bracket (allowed in this form): read whole, which adds one
-        return Trace(traceEvents=[]), Sliced(data, first, close, chunk_bytes, notes)
+        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes, notes)
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
@@ -421,7 +398,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
         meta = None
     if meta is None:
         return None
-    return meta, Sliced(data, first, close, chunk_bytes, notes)
+    return meta, _slices(data, first, close, chunk_bytes, notes)
 
 
 def _decode_slice(buf: bytearray, offset: int, notes: dict[str, int] | None) -> list[Event]:

@@ -76,15 +76,6 @@ class MemoryEvents:
             self.total.append(a.total_allocated)
             self.reserved.append(a.total_reserved)
 
-    def merge(self, later: MemoryEvents) -> None:
-        """Appends the events read after these (Columns.merge)."""
-        self.key.extend(later.key)
-        for mine, theirs in ((self.ts, later.ts), (self.device, later.device), (self.addr, later.addr),
-                             (self.nbytes, later.nbytes), (self.total, later.total), (self.reserved, later.reserved)):
-            mine.extend(theirs)
-        self.other += later.other
-        self.damaged += later.damaged
-
     def __len__(self) -> int:
         return len(self.ts)
 
