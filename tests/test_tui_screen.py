@@ -270,6 +270,32 @@ async def test_a_view_without_a_match_says_so_and_clears_the_detail() -> None:
 
 
 @run_async
+async def test_a_detail_update_between_views_leaves_the_pane_alone() -> None:
+    """`g` pressed fast: the app's view (flat by line, built before) is ahead of the table, which
+    still shows flat by kernel. The pane's pending update reads the kernel view's cursor, whose key
+    means nothing among the lines (an IndexError past their count: the app's crash, before); it
+    now waits for the table's own highlight of the new rows."""
+    app = DlptApp(Inputs([SMALL]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")  # flat by line
+        await settle(pilot)
+        while app.by != "kernel":  # each grouping built on the way (`g`)
+            await pilot.press("g")
+            await settle(pilot)
+        by_kernel = app.outline
+        app.table.move_to(len(by_kernel) - 1)  # a row past the lines' count
+        await pilot.pause()
+        shown = app.detail
+        app.by = "line"  # the app's view moves on (its outline built before); the table not yet
+        assert app.outline is not None and app.outline is not app.table.outline
+        assert len(app.outline) <= app.table.current_key
+        app.update_detail()
+        assert app.detail is shown  # the pane left as it was: no detail of a row of another view
+    assert app._exception is None
+
+
+@run_async
 async def test_the_table_keeps_the_keys_after_background_work() -> None:
     """A search or a view built in the background makes the table `loading` for a moment;
     after it the arrow keys still move the table's cursor (they went to the detail pane)."""

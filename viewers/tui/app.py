@@ -387,6 +387,11 @@ class DlptApp(App[int]):
         if not self._shown():
             return
         o, v = self.outline, self.variant
+        if o is not None and self.table.outline is not o:
+            # Mid-switch (`g` or `3` pressed, the next view built in the background): the table still shows
+            # the last view's rows, whose cursor key means nothing in the new one. Its own highlight,
+            # once it shows the new rows, brings the pane up to date.
+            return
         key = self.table.current_key
         try:
             body = self.query_one("#detail-body", Static)
