@@ -26,19 +26,67 @@ for _ in range(3):
     opt.zero_grad()
 """
 # The suite's longest files, longest first (seconds of setup and calls with `--durations=0`,
-# 2026-11-28, this 2-core machine: 56 … 22): collected first, so that `-n 2 --dist loadfile
+# 2026-11-28, this 2-core machine: 52 … 8): collected first, so that `-n 2 --dist loadfile
 # --no-loadscope-reorder` (pyproject.toml) hands them out first and the short files fill in at
 # the end, rather than a long file starting last on one worker while the other idles. Only the
 # order changes; a file missing here runs after these, in its own order.
-LONGEST_FIRST = ["test_collector.py", "test_cost_guard.py", "test_record.py", "test_tui_screen.py", "test_html.py",
-                 "test_durability.py", "test_cli.py", "test_native_build.py", "test_compiled_shares.py",
-                 "test_torchrun.py", "test_export.py", "test_tui_nav.py", "test_tui.py", "test_recording.py",
-                 "test_compiled.py", "test_fx_lines_per_op.py", "test_fork.py"]
+LONGEST_FIRST = ["test_collector.py", "test_cost_guard.py", "test_record.py", "test_tui_screen.py",
+                 "test_compiled_shares.py", "test_cli.py", "test_durability.py", "test_native_build.py",
+                 "test_html.py", "test_tui.py", "test_tui_nav.py", "test_compiled.py", "test_recording.py",
+                 "test_torchrun.py", "test_fork.py", "test_export.py", "test_bench.py", "test_host_time.py",
+                 "test_phases.py", "test_commwait.py", "test_usage.py",
+                 "test_fx_lines_per_op.py", "test_bad_input.py", "test_buildlock.py", "test_engine.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this run sees (the run's base temp folder), for what one
+    worker makes once and the others reuse; the base folder itself under `-n 0`."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def inductor_isa_probed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TORCHINDUCTOR_CACHE_DIR that holds Inductor's probes of the vector ISAs alone (which of
+    AVX2, AVX-512, ... the C++ compiler builds and the machine loads: ten small compiles, 10-15 s
+    on this machine) and nothing compiled from a program: made once for the whole run (under a
+    lock, the workers share it). A test that compiles in a cache folder of its own copies it
+    there first, as a machine that compiled anything before has them; the compile it checks
+    still starts from an empty FX-graph cache. The probes' results are the same either way."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    root = shared_tmp(tmp_path_factory)
+    d = root / "inductor-isa-probed"
+    with open(root / "inductor-isa-probed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (d / "probed").exists():
+            d.mkdir(exist_ok=True)
+            r = subprocess.run([sys.executable, "-c", "from torch._inductor import cpu_vec_isa as c\n"
+                                "print(c.valid_vec_isa_list())"],
+                               env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(d)}, capture_output=True,
+                               text=True, timeout=600)
+            assert r.returncode == 0, r.stderr[-3000:]
+            (d / "probed").write_text(r.stdout)
+    return d
+
+
+def copy_isa_probes(probed: Path, cache_dir: Path) -> Path:
+    """`cache_dir`, a new Inductor cache folder holding a copy of `probed`'s ISA probes alone."""
+    import shutil
+
+    shutil.copytree(probed, cache_dir, ignore=shutil.ignore_patterns("probed", "locks"))
+    return cache_dir
 
 
 FIXTURES = DATA / "kineto"

@@ -13,6 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import copy_isa_probes
 
 from dlpt.compile_time import compile_apart, compile_roots
 from dlpt.frames import FUSED_PREFIX
@@ -45,15 +46,16 @@ for _ in range(3):
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(tmp_path_factory, inductor_isa_probed):
     pytest.importorskip("torch")
     d = tmp_path_factory.mktemp("shares")
     prog = d / "fused_prog.py"
     prog.write_text(textwrap.dedent(PROGRAM))
     out = d / "p.dlpt"
     # A cache of its own: Inductor's FX-graph cache would serve another run's compile of the same
-    # text, whose stack traces name that run's file.
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(d / "inductor")}
+    # text, whose stack traces name that run's file. It starts with the run's ISA probes alone
+    # (conftest.inductor_isa_probed), not with ten compiles of them again.
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(copy_isa_probes(inductor_isa_probed, d / "inductor"))}
     r = subprocess.run([sys.executable, "-m", "dlpt", "record", "--force", "-o", str(out), str(prog)],
                        capture_output=True, text=True, timeout=900, cwd=d, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-import sys
 
 import pytest
-from conftest import synthetic_profile, trace_path
+from conftest import dlpt_in_process, synthetic_profile, trace_path
 
 import dlpt
 from dlpt.diff import diff_profiles
@@ -90,7 +89,10 @@ def test_same_line_number_other_code_is_not_matched_by_line():
 
 
 def run_dlpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
+    # A reading command, in this process (conftest.dlpt_in_process): a process each was most of
+    # this file's time; `python -m dlpt` itself, its exit codes and tracebacks are tested in processes
+    # elsewhere (tests/test_cli.py, tests/test_bad_input.py).
+    return dlpt_in_process(*args)
 
 
 def test_cli_diff_text_and_json(tmp_path):

@@ -4,17 +4,16 @@ folded-stack and speedscope parsers. Totals must survive to the nanosecond."""
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import json
 import subprocess
-import sys
 
-import hatchet as ht
 import networkx as nx
 import numpy as np
 import pydot
 import pytest
-from conftest import TRACE_NAMES, synthetic_profile, trace_path
+from conftest import TRACE_NAMES, dlpt_in_process, synthetic_profile, trace_path
 
 import dlpt
 from dlpt.frames import Frame
@@ -22,6 +21,20 @@ from dlpt.metrics import COL, METRICS
 from dlpt.profile import Profile
 from dlpt.transforms import hide_library_unless
 from dlpt.viewers.exporters import ExportOptions, formats, get_exporter
+
+
+class _OnFirstUse:
+    """A module imported when a test first reads it, not as the suite collects this file (hatchet
+    and its pandas take most of a second, which every worker would pay)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+ht = _OnFirstUse("hatchet")
 
 
 @functools.cache
@@ -278,7 +291,10 @@ def test_dot_quotes_hostile_names():
 # ---- the command line ---------------------------------------------------------------------
 
 def run_dlpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=120)
+    # A reading command, in this process (conftest.dlpt_in_process): a process each was most of
+    # this file's time; `python -m dlpt` itself, its exit codes and tracebacks are tested in processes
+    # elsewhere (tests/test_cli.py, tests/test_bad_input.py).
+    return dlpt_in_process(*args)
 
 
 def test_cli_export_every_interop_format(tmp_path):

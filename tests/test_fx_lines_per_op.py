@@ -9,14 +9,21 @@ follows that FX node's stack trace to a line of `_chain` below.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
+from conftest import copy_isa_probes
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torch._inductor.loop_body")
 
 from dlpt.collectors.record import fx_lines  # noqa: E402
+
+
+def _needs_inductor() -> None:
+    """Inductor (seconds to import) is imported by the tests that compile, not as the suite
+    collects this file."""
+    pytest.importorskip("torch._inductor.loop_body")
 
 
 def _chain(y):
@@ -95,7 +102,23 @@ def _compile_and_watch():
 
 
 @pytest.fixture(scope="module")
-def watched():
+def watched(tmp_path_factory, inductor_isa_probed):
+    _needs_inductor()
+    from torch._inductor import cpu_vec_isa
+
+    # The compile runs in a fresh cache folder (force_disable_caches), where Inductor would probe
+    # the vector ISAs again (ten compiles): this process learns them first from a folder holding
+    # the run's probes (conftest.inductor_isa_probed), as a process that compiled before has.
+    cache = copy_isa_probes(inductor_isa_probed, tmp_path_factory.mktemp("isa") / "inductor")
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    try:
+        cpu_vec_isa.pick_vec_isa()
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
     return _compile_and_watch()
 
 
@@ -141,6 +164,7 @@ def test_each_op_is_generated_under_the_fx_node_it_was_lowered_from(watched):
 def test_a_triton_kernels_lines_carry_their_own_ops_fx_node():
     """On a GPU the same origins become the comments: each line of the fused kernel names the FX
     node of the op that wrote it, and the kernel still compiles and runs."""
+    _needs_inductor()
     from torch._inductor.codegen.triton import TritonKernel
 
     sources, x = [], torch.randn(8, 33, device="cuda")

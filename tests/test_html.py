@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from browser import Browser, chromium
-from conftest import DATA, synthetic_profile, trace_path
+from conftest import DATA, dlpt_in_process, synthetic_profile, trace_path
 
 from dlpt.cct import CCT
 from dlpt.frames import Frame
@@ -33,8 +32,11 @@ HOSTILE = ['<script>alert("x")</script>', "it's \"quoted\" & <b>bold</b>", "naï
 NO_BROWSER = chromium() is None
 
 
-def dlpt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, cwd=cwd)
+def dlpt(*args: str) -> subprocess.CompletedProcess:
+    # A reading command, in this process (conftest.dlpt_in_process): a process each was most of
+    # this file's time; `python -m dlpt` itself, its exit codes and tracebacks are tested in processes
+    # elsewhere (tests/test_cli.py, tests/test_bad_input.py).
+    return dlpt_in_process(*args)
 
 
 def data_of(page: str) -> dict:

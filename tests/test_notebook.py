@@ -10,13 +10,14 @@ import os
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat, nbclient and ipykernel (the test extra)")
-nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (the test extra)")
-pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (the test extra)")
-pytest.importorskip("torch", reason="recording a cell needs torch")
-
 
 def test_cell_magic_records_and_shows_the_view(tmp_path):
+    # Imported here, not as the suite collects this file: nbformat's import builds its JSON
+    # schema's grammars (seconds), which every worker would pay.
+    nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat, nbclient and ipykernel (the test extra)")
+    nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (the test extra)")
+    pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (the test extra)")
+    pytest.importorskip("torch", reason="recording a cell needs torch")
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell("%load_ext dlpt"),

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import trace_path
+from conftest import dlpt_in_process, trace_path
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
@@ -25,9 +25,11 @@ from dlpt.store import load, save
 from dlpt.viewers.hotspots import hotspots
 
 
-def dlpt(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+def dlpt(*args: str) -> subprocess.CompletedProcess:
+    # A reading command, in this process (conftest.dlpt_in_process): a process each was most of
+    # this file's time; `python -m dlpt` itself, its exit codes and tracebacks are tested in processes
+    # elsewhere (tests/test_cli.py, tests/test_bad_input.py).
+    return dlpt_in_process(*args)
 
 
 def gpu_profile(lines: dict[int, list[tuple[str, int]]], rank: int | None = None, path: str = "",

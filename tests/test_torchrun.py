@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import dlpt_in_process
 
 from dlpt.merge import rank_of
 from dlpt.ranks import rank_nodes
@@ -77,7 +78,9 @@ def recorded(tmp_path_factory) -> str:
 
 
 def summary(*paths: str, extra: tuple[str, ...] = ()) -> dict:
-    r = dlpt("export", *paths, "-f", "hotspots", "-o", "-", "--metric", "cpu_time", "--top", "50", *extra)
+    # A reading command, in this process (conftest.dlpt_in_process): what this module checks is
+    # in the ranks' files; `dlpt record` and torchrun above run as processes of their own.
+    r = dlpt_in_process("export", *paths, "-f", "hotspots", "-o", "-", "--metric", "cpu_time", "--top", "50", *extra)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -110,7 +113,7 @@ def test_merged_totals_are_the_sums_of_the_ranks(recorded):
     assert summary(recorded)["summary"]["cpu_time"] == both["summary"]["cpu_time"]
     assert summary(recorded, extra=("--rank", "1"))["summary"]["cpu_time"] == one[1]["cpu_time"]
     # `dlpt import` of the gathered files is the merge, saved.
-    assert dlpt("import", *paths, "-o", "all.dlpt", cwd=recorded).returncode == 0
+    assert dlpt_in_process("import", *paths, "-o", os.path.join(recorded, "all.dlpt")).returncode == 0
     merged = load(os.path.join(recorded, "all.dlpt"))
     assert [r for r, _ in rank_nodes(merged)] == [0, 1]
     assert summary(os.path.join(recorded, "all.dlpt"))["summary"]["cpu_time"] == both["summary"]["cpu_time"]
@@ -126,7 +129,7 @@ def test_the_rank_with_the_bigger_batch_is_the_straggler_on_its_forward_line(rec
     assert fwd["per_rank"]["1"] > fwd["per_rank"]["0"]
     # The header tells the diagnosis's story (rank-wait: who waited, for whom, on which line),
     # whatever the metric shown: rank 1's extra host time is on its forward or backward line.
-    text = dlpt("report", recorded, "--view", "flat", "--metric", "cpu_time").stdout
+    text = dlpt_in_process("report", recorded, "--view", "flat", "--metric", "cpu_time").stdout
     head = text.split("straggler:")[1].splitlines()[0]
     wait = next(f for f in doc["summary"]["findings"] if f["rule"] == "rank-wait")
     assert head.startswith(" rank 1 spends") and "rank 1 spends" in wait["figure"], (head, wait)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import trace_path
+from conftest import dlpt_in_process, trace_path
 
 import dlpt
 from dlpt.metrics import COL
@@ -16,7 +16,10 @@ from dlpt.waits import memory_peak, waits
 
 
 def _dlpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlpt", *args], capture_output=True, text=True, timeout=300)
+    # A reading command, in this process (conftest.dlpt_in_process): a process each was most of
+    # this file's time; `python -m dlpt` itself, its exit codes and tracebacks are tested in processes
+    # elsewhere (tests/test_cli.py, tests/test_bad_input.py).
+    return dlpt_in_process(*args)
 
 
 # The verdicts each trace gets (tests/test_findings.py::test_real_traces says why).
