@@ -109,17 +109,19 @@ def watched(tmp_path_factory, inductor_isa_probed):
     # The compile runs in a fresh cache folder (force_disable_caches), where Inductor would probe
     # the vector ISAs again (ten compiles): this process learns them first from a folder holding
     # the run's probes (conftest.inductor_isa_probed), as a process that compiled before has.
+    # The compile's own fresh folder (force_disable_caches) is made inside it too, so that it goes
+    # with the test's temporary folders rather than staying in /tmp/torchinductor_<user>.
     cache = copy_isa_probes(inductor_isa_probed, tmp_path_factory.mktemp("isa") / "inductor")
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     try:
         cpu_vec_isa.pick_vec_isa()
+        return _compile_and_watch()
     finally:
         if before is None:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
-    return _compile_and_watch()
 
 
 def test_the_compile_is_unchanged(watched):
