@@ -4,7 +4,6 @@ folded-stack and speedscope parsers. Totals must survive to the nanosecond."""
 from __future__ import annotations
 
 import functools
-import importlib
 import io
 import json
 import subprocess
@@ -23,18 +22,12 @@ from dlpt.transforms import hide_library_unless
 from dlpt.viewers.exporters import ExportOptions, formats, get_exporter
 
 
-class _OnFirstUse:
-    """A module imported when a test first reads it, not as the suite collects this file (hatchet
-    and its pandas take most of a second, which every worker would pay)."""
+def _hatchet():
+    """hatchet, imported by the tests that read its GraphFrame, not as the suite collects this file
+    (hatchet and its pandas take most of a second, which every worker would pay)."""
+    import hatchet
 
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str):
-        return getattr(importlib.import_module(self._name), attr)
-
-
-ht = _OnFirstUse("hatchet")
+    return hatchet
 
 
 @functools.cache
@@ -64,7 +57,7 @@ def test_registry_lists_every_interop_format():
 def test_hatchet_literal_reads_back_with_equal_totals(name, include_library):
     p = prof(name)
     lit = json.loads(export(p, "hatchet", include_library=include_library))
-    gf = ht.GraphFrame.from_literal(lit)
+    gf = _hatchet().GraphFrame.from_literal(lit)
     view = hide_library_unless(p, include_library)
     assert len(gf.graph) == len(view.cct)
     df = gf.dataframe
@@ -99,7 +92,7 @@ def test_to_graphframe_matches_the_cct(name, include_library):
         assert np.array_equal(df[f"{m} (inc)"].to_numpy(), cct.inclusive[:, COL[m]]), m
     assert gf.default_metric == "gpu_time (inc)"
     # Same tree as hatchet's own reader makes from the literal export.
-    lit = ht.GraphFrame.from_literal(json.loads(export(p, "hatchet", include_library=include_library)))
+    lit = _hatchet().GraphFrame.from_literal(json.loads(export(p, "hatchet", include_library=include_library)))
     assert gf.graph == lit.graph
 
 
@@ -305,7 +298,7 @@ def test_cli_export_every_interop_format(tmp_path):
         r = run_dlpt("export", src, "-f", fmt, "-o", str(out))
         assert r.returncode == 0, r.stderr
         assert out.stat().st_size > 0
-    gf = ht.GraphFrame.from_literal(json.loads((tmp_path / "out.hatchet").read_text()))
+    gf = _hatchet().GraphFrame.from_literal(json.loads((tmp_path / "out.hatchet").read_text()))
     assert int(gf.dataframe["gpu_time"].sum()) == total["gpu_time"]
     assert sum(v for _, v in parse_folded((tmp_path / "out.folded").read_text())) == total["gpu_time"]
     r = run_dlpt("export", src, "-f", "folded", "--metric", "cpu_time", "-o", "-")
