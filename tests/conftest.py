@@ -25,6 +25,16 @@ for _ in range(3):
     opt.step()
     opt.zero_grad()
 """
+
+
+def pytest_sessionstart(session) -> None:
+    """The native trace reader (collectors/kineto/scan.py) built before any test runs a command:
+    its one-time "building" line would otherwise land in whichever test's stderr came first."""
+    import importlib
+
+    importlib.import_module("dlpt.collectors.kineto.scan").library()
+
+
 # The suite's longest files, longest first (seconds of setup and calls with `--durations=0`,
 # 2026-11-28, this 2-core machine: 52 … 8): collected first, so that `-n 2 --dist loadfile
 # --no-loadscope-reorder` (pyproject.toml) hands them out first and the short files fill in at

@@ -36,7 +36,7 @@ def _sliced(path, chunk_bytes: int) -> int:
     if got is None:
         return 0
     try:
-        return sum(1 for _ in got[1])
+        return sum(1 for _ in got.slices)
     except decode_mod.Unsplittable:
         return 0
 

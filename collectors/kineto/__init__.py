@@ -7,10 +7,11 @@ import os
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
-from dlpt.collectors.kineto.columns import Columns, unknown_device_events
+from dlpt.collectors.kineto.columns import Columns, StructBatch, unknown_device_events
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
+from dlpt.collectors.kineto.scan import Declined, scan
 from dlpt.frames import Frame, FrameTable
 from dlpt.header import Header, Window
 from dlpt.profile import Profile
@@ -111,20 +112,32 @@ def _wall_window(base: int, cols: Columns) -> Window | None:
 
 
 def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
-    """The trace's metadata and its events sorted into the linker's columns; large files a slice
-    at a time (decode.py), so that the decoded events of only one slice are alive at once."""
+    """The trace's metadata and its events sorted into the linker's columns. A large file is
+    scanned in C (scan.py) where that is built and reads it; else decoded a slice at a time
+    (decode.py), so that the decoded events of only one slice are alive at once."""
     sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
-        meta, slices = sliced
+        try:
+            batches = scan(sliced.data, sliced.lo, sliced.hi)
+            try:
+                cols = Columns()
+                for b in batches:
+                    cols.add(b)
+                return sliced.meta, cols
+            finally:
+                for b in batches:
+                    b.close()
+        except Declined:
+            pass  # the Python reader reads it
         cols = Columns()
         try:
-            for events in slices:
-                cols.add(events)
-            return meta, cols
+            for events in sliced.slices:
+                cols.add(StructBatch(events))
+            return sliced.meta, cols
         except Unsplittable:
             notes.clear()  # read again, whole
     trace = decode(path, notes)
     cols = Columns()
-    cols.add(trace.traceEvents)
+    cols.add(StructBatch(trace.traceEvents))
     trace.traceEvents = []  # the columns hold what linking needs
     return trace, cols

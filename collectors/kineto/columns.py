@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import count, repeat
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,90 @@ def _int_column(values: list[int], bad: int | None) -> np.ndarray:
         return np.array([v if -_I64_LIMIT <= v < _I64_LIMIT else bad for v in values], dtype=np.int64)
 
 
+# The args fields the first pass reads, by their `Args` names (scan.c writes them in this order).
+ARG_FIELDS = ("correlation", "seq", "bytes", "device", "stream")
+
+
+def ns_of_parts(kind: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nanoseconds, valid) of microsecond values given as scan.c writes them: a kind (0 none,
+    1 int, 2 float) and the int or the float's bits. The rule is `_ns`'s, a column at a time:
+    an int exactly times 1000, a float's product rounded half to even, valid below 2**62 ns."""
+    ns = np.zeros(len(kind), dtype=np.int64)
+    ok = np.zeros(len(kind), dtype=bool)
+    f = kind == 2
+    if f.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = bits[f].view(np.float64) * 1000.0
+        okf = np.abs(x) < _NS_LIMIT
+        ns[f] = np.where(okf, np.rint(x), 0).astype(np.int64)
+        ok[f] = okf
+    i = kind == 1
+    if i.any():
+        v = bits[i]
+        # |v * 1000| < 2**62, asked without the product (which could overflow int64)
+        oki = (v <= _NS_LIMIT // 1000) & (v >= -(_NS_LIMIT // 1000))
+        ns[i] = np.where(oki, v, 0) * 1000
+        ok[i] = oki
+    return ns, ok
+
+
+def ph_cat_codes(tokens: list, ph: np.ndarray, cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first pass's ph and category codes of events given as token indices (scan.c)."""
+    ph_lut = np.fromiter((_PH_CODE.get(t, 0) if isinstance(t, str) else 0 for t in tokens), dtype=np.int8,
+                         count=len(tokens))
+    cat_lut = np.fromiter((_CAT_CODE.get(t, 0) if isinstance(t, str) else 0 for t in tokens), dtype=np.int8,
+                          count=len(tokens))
+    return ph_lut[ph], cat_lut[cat]
+
+
+class StructBatch:
+    """Decoded events (decode.py's structs), read by Columns.add: per-event codes and times as
+    arrays, and the fields of a subset of events on request. scan.py's `ScanBatch` answers the
+    same questions from the native scan's columns."""
+
+    def __init__(self, events: list) -> None:
+        self._ev = events
+        n = len(events)
+        self.ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n)
+        self.cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n)
+        # Times of every event, converted once: spans, GPU events and flows are most of them,
+        # and indexing the columns costs less than gathering the events of each kind first.
+        self.ts = _ns_column([e.ts for e in events])
+        self.dur = _ns_column([e.dur for e in events])
+
+    def __len__(self) -> int:
+        return len(self._ev)
+
+    def events(self, idx: np.ndarray) -> list:
+        ev = self._ev
+        return [ev[i] for i in idx.tolist()]
+
+    def names(self, idx: np.ndarray) -> list[str]:
+        return [e.name for e in self.events(idx)]
+
+    def cats(self, idx: np.ndarray) -> list[str]:
+        return [e.cat for e in self.events(idx)]
+
+    def ids(self, idx: np.ndarray) -> list:
+        return [e.id for e in self.events(idx)]
+
+    def keys(self, idx: np.ndarray) -> list[tuple]:
+        return list(map(_KEY, self.events(idx)))
+
+    def pids(self, idx: np.ndarray) -> list:
+        return [e.pid for e in self.events(idx)]
+
+    def tids(self, idx: np.ndarray) -> list:
+        return [e.tid for e in self.events(idx)]
+
+    def arg(self, field: str, idx: np.ndarray, bad: int | None) -> np.ndarray:
+        """An args field of the events at `idx` as int64 (`_int_column`: one past int64 reads as
+        `bad`, or stays a Python int where `bad` is None); an event without args has the field's
+        default."""
+        get = attrgetter(field)
+        return _int_column([get(e.args or _NO_ARGS) for e in self.events(idx)], bad)
+
+
 @dataclass
 class GpuRows:
     """The GPU events (kernels, copies, memsets) of a trace, one row each: kind (dlpt.metrics),
@@ -147,16 +232,12 @@ class Columns:
         self.first: int | None = None
         self.last: int | None = None
 
-    def add(self, events: list) -> None:
-        n_ev = len(events)
-        ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n_ev)
-        cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n_ev)
+    def add(self, b: StructBatch | Any) -> None:
+        """One batch of events, in order: a `StructBatch`, or scan.py's `ScanBatch`."""
+        ph, cat = b.ph, b.cat
         # --- spans and GPU events: validate times together ---
         cand = np.flatnonzero((ph == _PH_X) & (cat > 0) & (cat < _FWDBWD))
-        # Times of every event, converted once: spans, GPU events and flows are most of them,
-        # and indexing the columns costs less than gathering the events of each kind first.
-        ts, ok_ts = _ns_column([e.ts for e in events])
-        d, ok_d = _ns_column([e.dur for e in events])
+        (ts, ok_ts), (d, ok_d) = b.ts, b.dur
         s, d = ts[cand], d[cand]
         ok = ok_ts[cand] & ok_d[cand] & (d >= 0)
         self.skipped += len(cand) - int(ok.sum())
@@ -166,12 +247,12 @@ class Columns:
             self.last = hi if self.last is None else max(self.last, hi)
         u_idx = np.flatnonzero((ph == _PH_X) & (cat == 0))
         if len(u_idx):
-            self.unknown.update([(events[i].pid, events[i].cat) for i in u_idx.tolist()])
+            self.unknown.update(zip(b.pids(u_idx), b.cats(u_idx)))
         ccat = cat[cand]
         h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
-        hsub = [events[i] for i in cand[h_idx].tolist()]
+        h_rows = cand[h_idx]  # the spans' events
         h_kind = ccat[h_idx].astype(np.int64) - 1
-        names = [e.name for e in hsub]
+        names = b.names(h_rows)
         n0 = self.n
         firsts = list(map(self._first.setdefault, names, count(n0)))
         self.name_first.append(np.array(firsts, dtype=np.int64))
@@ -183,78 +264,80 @@ class Columns:
         self.end.append(h_start + d[h_idx])
         # --- flows ---
         f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD) & ok_ts)
-        fsub = [events[i] for i in f_idx.tolist()]
         fs_ns = ts[f_idx]
         # --- thread ids: (pid, tid) keys numbered by first appearance, spans and flows together ---
-        h_keys = list(map(_KEY, hsub))
-        f_keys = list(map(_KEY, fsub))
+        h_keys = b.keys(h_rows)
+        f_keys = b.keys(f_idx)
         thread_ids = self.thread_ids
         h_thread = np.fromiter(map(thread_ids.get, h_keys, repeat(-1)), dtype=np.int64, count=len(h_keys))
-        # Only a chunk with a thread not seen before (the first, mostly) looks for new ones.
+        # Only a batch with a thread not seen before (the first, mostly) looks for new ones.
         known = not (h_thread < 0).any() and all(k in thread_ids for k in f_keys)
         new = [] if known else [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
         if new:
             # Position of each key's first event: filled from the back, so the first one stays.
             first = dict(zip(reversed(f_keys), reversed(f_idx.tolist())))
-            first_h = dict(zip(reversed(h_keys), reversed(cand[h_idx].tolist())))
+            first_h = dict(zip(reversed(h_keys), reversed(h_rows.tolist())))
             for k in sorted(new, key=lambda k: min(first.get(k, 1 << 62), first_h.get(k, 1 << 62))):
                 thread_ids[k] = len(thread_ids)
         if not known:
             h_thread = np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys))
         self.thread.append(h_thread)
-        if fsub:
-            f_thread = map(thread_ids.__getitem__, f_keys)
-            f_val = zip(f_thread, fs_ns.tolist())
+        if len(f_idx):
+            f_val = zip(map(thread_ids.__getitem__, f_keys), fs_ns.tolist())
             # Later flows with the same id replace earlier ones, in event order, as before.
-            for e, v in zip(fsub, f_val):
-                (self.flow_s if e.ph == "s" else self.flow_f)[e.id] = v
+            flow_s, flow_f = self.flow_s, self.flow_f
+            for start, fid, v in zip((ph[f_idx] == _PH_S).tolist(), b.ids(f_idx), f_val):
+                (flow_s if start else flow_f)[fid] = v
         # --- args: sequence numbers of ops, correlations of launches ---
-        seq = np.full(len(hsub), -1, dtype=np.int64)
+        seq = np.full(len(h_rows), -1, dtype=np.int64)
         op_j = np.flatnonzero(h_kind == OP)
         if len(op_j):
-            seq[op_j] = [(hsub[j].args or _NO_ARGS).seq for j in op_j.tolist()]
+            seq[op_j] = b.arg("seq", h_rows[op_j], -1)
         self.seq.append(seq)
-        launch_j = np.flatnonzero(h_kind == LAUNCH).tolist()
-        corr = [(hsub[j].args or _NO_ARGS).correlation for j in launch_j]
+        launch_j = np.flatnonzero(h_kind == LAUNCH)
+        corr = b.arg("correlation", h_rows[launch_j], None).tolist()
         setdefault = self.launch_of_corr.setdefault
-        for c, j in zip(corr, launch_j):
+        for c, j in zip(corr, launch_j.tolist()):
             if c >= 0:
                 setdefault(c, n0 + j)
-        self.n = n0 + len(hsub)
+        self.n = n0 + len(h_rows)
         # --- GPU events ---
         g_idx = np.flatnonzero(ok & (ccat >= _GPU0))
         if len(g_idx):
-            self._add_gpu([events[i] for i in cand[g_idx].tolist()], ccat[g_idx] - _GPU0, s[g_idx], d[g_idx])
+            self._add_gpu(b, cand[g_idx], ccat[g_idx] - _GPU0, s[g_idx], d[g_idx])
         # --- thread names ---
-        for i in np.flatnonzero(ph == _PH_M).tolist():
-            e = events[i]
+        for e in b.events(np.flatnonzero(ph == _PH_M)):
             if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str):
                 self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
             elif e.name == "process_labels" and e.args is not None and isinstance(e.args.labels, str):
                 self.labels[e.pid] = e.args.labels.strip()
         # `[memory]` events are instant events ("i"): only the events of a ph this pass does not
         # read (code 0) are handed on, not every event.
-        self.memory.add([events[i] for i in np.flatnonzero(ph == 0).tolist()])
+        self.memory.add(b.events(np.flatnonzero(ph == 0)))
 
-    def _add_gpu(self, events: list, kind: np.ndarray, start: np.ndarray, dur: np.ndarray) -> None:
+    def _add_gpu(self, b: StructBatch | Any, rows: np.ndarray, kind: np.ndarray, start: np.ndarray,
+                 dur: np.ndarray) -> None:
         """GPU events' rows, a column at a time. Fields the event lacks fall back as the linker
         reads them: the device to the pid, the stream to the tid (where they are ints), and a
         copy's kind is read from its name when its category does not say it."""
-        self.gpu_pids.update([e.pid for e in events])
-        args = [e.args or _NO_ARGS for e in events]
-        dev = _int_column([a.device for a in args], -1)
-        stream = _int_column([a.stream for a in args], -1)
+        pids = b.pids(rows)
+        self.gpu_pids.update(pids)
+        dev = b.arg("device", rows, -1)
+        stream = b.arg("stream", rows, -1)
         for j in np.flatnonzero(dev < 0).tolist():
-            dev[j] = _int_column([as_int(events[j].pid)], -1)[0]  # a pid past int64 reads as none too
-        for j in np.flatnonzero(stream < 0).tolist():
-            stream[j] = _int_column([as_int(events[j].tid)], -1)[0]
-        names = [e.name for e in events]
+            dev[j] = _int_column([as_int(pids[j])], -1)[0]  # a pid past int64 reads as none too
+        no_stream = np.flatnonzero(stream < 0)
+        if len(no_stream):
+            tids = b.tids(rows[no_stream])
+            for j, tid in zip(no_stream.tolist(), tids):
+                stream[j] = _int_column([as_int(tid)], -1)[0]
+        names = b.names(rows)
         kind = kind.astype(np.int64)
         for j in np.flatnonzero(kind == MEMCPY_OTHER).tolist():
             kind[j] = copy_kind(names[j])
         self.gpu_name.extend(map(self._names.setdefault, names, names))
-        parts = (kind, start, dur, _int_column([a.correlation for a in args], None), dev, stream,
-                 np.maximum(_int_column([a.bytes for a in args], 0), 0))
+        parts = (kind, start, dur, b.arg("correlation", rows, None), dev, stream,
+                 np.maximum(b.arg("bytes", rows, 0), 0))
         for col, part in zip(self._gpu, parts):
             col.append(part)
 

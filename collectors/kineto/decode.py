@@ -13,7 +13,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -349,14 +349,25 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 
 
+class Sliced(NamedTuple):
+    """A large trace laid out as expected: its metadata, its events a slice at a time, and where
+    the events lie in its bytes (data[lo:hi], the array's contents), for the native scan."""
+
+    meta: Trace
+    slices: Iterator[list[Event]]
+    data: bytes
+    lo: int
+    hi: int
+
+
 class Unsplittable(Exception):
     """The trace could not be read in slices; read it whole (`decode`), which also says what is
     wrong with it, if anything."""
 
 
 def decode_chunks(path: str, chunk_bytes: int | None = None,
-                  notes: dict[str, int] | None = None) -> tuple[Trace, Iterator[list[Event]]] | None:
-    """(the trace without its events, the events a slice at a time), or None when the file is
+                  notes: dict[str, int] | None = None) -> Sliced | None:
+    """(the trace without its events, the events a slice at a time, ...), or None when the file is
     small or not laid out as expected. The iterator raises `Unsplittable` when a slice does not
     decode; the caller then starts again with `decode`.
 
@@ -373,7 +384,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
         close = data.rfind(b"]")
         if close < first or data[close + 1:].strip():
             return None  # no closing bracket (allowed in this form): read whole, which adds one
-        return Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes, notes)
+        return Sliced(Trace(traceEvents=[]), _slices(data, first, close, chunk_bytes, notes), data, first, close)
     m = _EVENTS_KEY.search(data)
     if m is None:
         return None
@@ -398,7 +409,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
         meta = None
     if meta is None:
         return None
-    return meta, _slices(data, first, close, chunk_bytes, notes)
+    return Sliced(meta, _slices(data, first, close, chunk_bytes, notes), data, first, close)
 
 
 def _decode_slice(buf: bytearray, offset: int, notes: dict[str, int] | None) -> list[Event]:
