@@ -60,9 +60,8 @@ def _bounds(data: bytes) -> tuple[int, int]:
 def _native(data: bytes) -> dict | None:
     """The native scan's columns, or None where it declines."""
     try:
-        batches = scan_mod.scan(data, *_bounds(data))
         cols = columns.Columns()
-        for b in batches:
+        for b in scan_mod.scan(data, *_bounds(data)):
             cols.add(b)
             b.close()
     except scan_mod.Declined:
@@ -91,22 +90,41 @@ def test_every_real_trace_reads_the_same_natively(name):
 
 
 @pytest.mark.parametrize("cut_in_a_string", [False, True])
-def test_two_halves_read_as_one(monkeypatch, cut_in_a_string):
-    """A large trace is scanned in two halves at once; where the cut falls inside a string, in one
-    piece. Either way the columns are the Python reader's."""
+def test_pieces_read_as_one(monkeypatch, cut_in_a_string):
+    """A large trace is scanned a piece at a time, one piece ahead on a second thread; where a cut
+    falls inside a string, that piece declines and the Python reader reads the trace. Where the
+    scan reads it, the columns are the Python reader's."""
     evs = raw_events("gpt_train")
     if cut_in_a_string:
         for e in evs:
             e["name"] = e.get("name", "") + '}, {"ph": "X"'
     data = json.dumps({"traceEvents": evs}).encode()
-    monkeypatch.setattr(scan_mod, "SPLIT_BYTES", 10_000)
-    batches = scan_mod.scan(data, *_bounds(data))
-    assert len(batches) == (1 if cut_in_a_string else 2)
-    cols = columns.Columns()
-    for b in batches:
-        cols.add(b)
-        b.close()
-    assert _state(cols) == _python(data)
+    monkeypatch.setattr(scan_mod, "PIECE_BYTES", 100_000)
+    assert len(scan_mod._pieces(data, *_bounds(data), scan_mod.PIECE_BYTES)) > 20
+    if cut_in_a_string:
+        with pytest.raises(scan_mod.Declined, match="not JSON|expected|cut short"):
+            for b in scan_mod.scan(data, *_bounds(data)):
+                b.close()
+        return
+    assert _native(data) == _python(data)
+
+
+def test_a_piece_declined_midway_reads_the_whole_trace_in_python(tmp_path, monkeypatch):
+    """A damaged event far into the trace: the pieces before it were scanned and added, then the
+    scan declines; the import starts again in Python and gives the Python reader's profile."""
+    from dlpt.collectors.kineto import import_traces
+
+    evs = raw_events("gpt_train")
+    evs[len(evs) * 3 // 4]["ts"] = "late damage"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    monkeypatch.setattr(scan_mod, "PIECE_BYTES", 100_000)
+    native = import_traces(str(p))
+    monkeypatch.setenv("DLPT_NATIVE_READ", "0")
+    monkeypatch.setattr(scan_mod, "_lib", None)
+    python = import_traces(str(p))
+    assert native.meta.skipped_events == python.meta.skipped_events == 1
+    assert (native.cct.exclusive == python.cct.exclusive).all() and native.frames == python.frames
 
 
 def test_the_columns_hold_the_traces_events():
@@ -260,7 +278,7 @@ def test_odd_but_valid_json_reads_the_same():
 def test_it_declines_what_it_cannot_read_exactly(text, why):
     data = b'{"traceEvents": [' + text + b"]}"
     with pytest.raises(scan_mod.Declined, match=why):
-        scan_mod.scan(data, *_bounds(data))
+        list(scan_mod.scan(data, *_bounds(data)))
 
 
 def test_times_as_written_read_the_same():

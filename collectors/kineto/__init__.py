@@ -117,16 +117,14 @@ def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     (decode.py), so that the decoded events of only one slice are alive at once."""
     sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
+        cols = Columns()
         try:
-            batches = scan(sliced.data, sliced.lo, sliced.hi)
-            try:
-                cols = Columns()
-                for b in batches:
+            for b in scan(sliced.data, sliced.lo, sliced.hi):
+                try:
                     cols.add(b)
-                return sliced.meta, cols
-            finally:
-                for b in batches:
+                finally:
                     b.close()
+            return sliced.meta, cols
         except Declined:
             pass  # the Python reader reads it
         cols = Columns()

@@ -59,6 +59,7 @@ typedef struct {
   const char *why;
   int64_t at;
   int32_t tok_empty, tok_zero, tok_null; /* "" 0 null: what a missing field reads as */
+  int32_t last[6];                       /* each field's last token: events repeat their neighbours' */
   Out out;
 } Ctx;
 
@@ -122,6 +123,16 @@ static int32_t intern(Ctx *c, const uint8_t *s, int32_t n) {
   c->tok[i].len = n;
   c->tok_hash[i] = h;
   c->tslot[j] = i;
+  return i;
+}
+
+/* intern, asking first whether the token is the one this field had last (ph, cat, pid and tid
+ * mostly are): a compare instead of a hash. */
+static int32_t intern_field(Ctx *c, int field, const uint8_t *s, int32_t n) {
+  int32_t i = c->last[field];
+  if (i > 2 && c->tok[i].len == n && memcmp(c->base + c->tok[i].off, s, (size_t)n) == 0) return i;
+  i = intern(c, s, n);
+  c->last[field] = i;
   return i;
 }
 
@@ -511,18 +522,18 @@ static int key(Cur *r, const uint8_t **k, size_t *n) {
 #define is(k, n, w) ((n) == sizeof(w) - 1 && memcmp((k), (w), sizeof(w) - 1) == 0)
 
 /* A string value's token. */
-static int str_token(Cur *r, int32_t *out) {
+static int str_token(Cur *r, int field, int32_t *out) {
   int esc;
   if (r->p >= r->e || *r->p != '"') return fail(r, "a string expected");
   const uint8_t *s = r->p;
   if (!string(r, &esc)) return 0;
-  *out = intern(r->c, s, (int32_t)(r->p - s));
+  *out = intern_field(r->c, field, s, (int32_t)(r->p - s));
   return *out >= 0 ? 1 : fail(r, "out of memory");
 }
 
 /* An int-or-string value's token (pid, tid, id; id may also be null). */
-static int id_token(Cur *r, int32_t *out, int null_ok) {
-  if (r->p < r->e && *r->p == '"') return str_token(r, out);
+static int id_token(Cur *r, int field, int32_t *out, int null_ok) {
+  if (r->p < r->e && *r->p == '"') return str_token(r, field, out);
   if (null_ok && r->p < r->e && *r->p == 'n') {
     if (!lit(r, "null")) return 0;
     *out = r->c->tok_null;
@@ -534,7 +545,7 @@ static int id_token(Cur *r, int32_t *out, int null_ok) {
   double fv;
   if (!number(r, &kind, &iv, &fv)) return 0;
   if (kind != KIND_INT) return r->p = s, fail(r, "a float where an int or string belongs");
-  *out = intern(r->c, s, (int32_t)(r->p - s));
+  *out = intern_field(r->c, field, s, (int32_t)(r->p - s));
   return *out >= 0 ? 1 : fail(r, "out of memory");
 }
 
@@ -646,14 +657,14 @@ static int event(Cur *r, Out *o, int64_t i) {
       ws(r);
       if (!key(r, &k, &n)) return 0;
       int bit = -1, ok;
-      if (is(k, n, "ph")) bit = 0, ok = str_token(r, &ph);
-      else if (is(k, n, "cat")) bit = 1, ok = str_token(r, &cat);
-      else if (is(k, n, "name")) bit = 2, ok = str_token(r, &name);
-      else if (is(k, n, "pid")) bit = 3, ok = id_token(r, &pid, 0);
-      else if (is(k, n, "tid")) bit = 4, ok = id_token(r, &tid, 0);
+      if (is(k, n, "ph")) bit = 0, ok = str_token(r, 0, &ph);
+      else if (is(k, n, "cat")) bit = 1, ok = str_token(r, 1, &cat);
+      else if (is(k, n, "name")) bit = 2, ok = str_token(r, 2, &name);
+      else if (is(k, n, "pid")) bit = 3, ok = id_token(r, 3, &pid, 0);
+      else if (is(k, n, "tid")) bit = 4, ok = id_token(r, 4, &tid, 0);
       else if (is(k, n, "ts")) bit = 5, ok = time_value(r, &ts_kind, &ts, 1);
       else if (is(k, n, "dur")) bit = 6, ok = time_value(r, &dur_kind, &dur, 0);
-      else if (is(k, n, "id")) bit = 7, ok = id_token(r, &id, 1);
+      else if (is(k, n, "id")) bit = 7, ok = id_token(r, 5, &id, 1);
       else if (is(k, n, "args")) bit = 8, ok = args(r, a);
       else ok = skip(r, 1);
       if (!ok) return 0;
@@ -723,6 +734,7 @@ int64_t dlpt_scan(void *h, const uint8_t *buf, int64_t lo, int64_t hi, const int
   memcpy(o->defaults, defaults, sizeof(o->defaults));
   c->base = buf;
   c->why = NULL;
+  for (int f = 0; f < 6; ++f) c->last[f] = 0;
   Cur r = {buf + lo, buf + hi, c};
   int64_t n = 0;
   ws(&r);
