@@ -28,11 +28,19 @@ for _ in range(3):
 
 
 def pytest_sessionstart(session) -> None:
-    """The native trace reader (collectors/kineto/scan.py) built before any test runs a command:
-    its one-time "building" line would otherwise land in whichever test's stderr came first."""
+    """Set up once per test process. The native trace reader (collectors/kineto/scan.py) is built
+    before any test runs a command: its one-time "building" line would otherwise land in
+    whichever test's stderr came first."""
     import importlib
 
     importlib.import_module("dlpt.collectors.kineto.scan").library()
+    # Textual's Pilot waits for the app to go idle in 20 ms sleeps (textual._wait: idle once a
+    # sleep passes with under 1/20 of it in CPU time, counting every thread); the TUI tests press
+    # keys by the thousand, and a quarter of their time was those sleeps. 5 ms sleeps with the
+    # same 1/20 rule: the same question asked four times as often.
+    wait = importlib.import_module("textual._wait")
+    wait.SLEEP_GRANULARITY = 0.005
+    wait.SLEEP_IDLE = wait.SLEEP_GRANULARITY / 20.0
 
 
 # The suite's longest files, longest first (seconds of setup and calls with `--durations=0`,
