@@ -14,6 +14,7 @@ takes it as rank 0).
     python bench/run.py read                  # 4 sizes from gpt_train (~72k .. ~523k events), 3 repeats
     python bench/run.py read --quick          # 2 small sizes, 2 repeats
     python bench/run.py read --repeats 5 --sizes 4,8,16,29
+    python bench/run.py read --baseline-env DLPT_NATIVE_READ=0   # the native scan against the Python reader
     python bench/run.py read --dlpt-path /tmp/new --baseline-path /tmp/old
         # a checkout's dlpt (a folder holding its `dlpt` package, e.g. links to a worktree's
         # dlpt/, collectors/ and viewers/) instead of the installed one, and another beside it
@@ -118,11 +119,19 @@ def read(argv: list[str]) -> None:
                     help="time the dlpt package in DIR (python -m dlpt, PYTHONPATH=DIR), not the installed one")
     ap.add_argument("--baseline-path", default=None, metavar="DIR",
                     help="also time the dlpt package in DIR, interleaved with the others (before/after)")
+    ap.add_argument("--baseline-env", default=None, metavar="KEY=VALUE",
+                    help="also time the same dlpt with KEY=VALUE set, interleaved with the others "
+                         "(DLPT_NATIVE_READ=0: the Python reader)")
     args = ap.parse_args(argv)
     sizes = [1, 4] if args.quick else [int(x) for x in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
     dlpt, dlpt_env = path_command(args.dlpt_path) if args.dlpt_path else (dlpt_command(), child_env())
     base = path_command(args.baseline_path) if args.baseline_path else None
+    if args.baseline_env:
+        if base is not None:
+            raise SystemExit("bench/run.py read: --baseline-path or --baseline-env, not both")
+        key, _, value = args.baseline_env.partition("=")
+        base = (dlpt, {**dlpt_env, key: value})
     if not args.no_hta:
         import hta.version as hv
 
@@ -180,7 +189,8 @@ def read(argv: list[str]) -> None:
         print(f"| {events:,} | {dc:.2f} | {hc:.2f} | {hc / dc:.1f}× |" + (f" {bc:.2f} |" if base is not None else ""))
     if base is not None:
         print()
-        print(f"baseline: PYTHONPATH={args.baseline_path}, timed in the same runs")
+        print(f"baseline: {f'PYTHONPATH={args.baseline_path}' if args.baseline_path else args.baseline_env}, "
+              "timed in the same runs")
         print("| events | baseline s | dlpt s | baseline speed-up over HTA | baseline peak MB | dlpt peak MB | "
               "baseline memory ratio |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

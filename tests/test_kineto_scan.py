@@ -52,7 +52,8 @@ def _python(data: bytes) -> dict:
 
 
 def _bounds(data: bytes) -> tuple[int, int]:
-    """Where the events array's contents lie, as decode_chunks finds them."""
+    """Where the events array's contents begin, and the file's last bracket (the scan stops at
+    the array's own, where a later value's comes after it)."""
     lo = data.index(b"[", data.index(b'"traceEvents"')) + 1
     return lo, data.rindex(b"]")
 
@@ -61,7 +62,7 @@ def _native(data: bytes) -> dict | None:
     """The native scan's columns, or None where it declines."""
     try:
         cols = columns.Columns()
-        for b in scan_mod.scan(data, *_bounds(data)):
+        for b in scan_mod.Scan(data, *_bounds(data)):
             cols.add(b)
             b.close()
     except scan_mod.Declined:
@@ -103,7 +104,7 @@ def test_pieces_read_as_one(monkeypatch, cut_in_a_string):
     assert len(scan_mod._pieces(data, *_bounds(data), scan_mod.PIECE_BYTES)) > 20
     if cut_in_a_string:
         with pytest.raises(scan_mod.Declined, match="not JSON|expected|cut short"):
-            for b in scan_mod.scan(data, *_bounds(data)):
+            for b in scan_mod.Scan(data, *_bounds(data)):
                 b.close()
         return
     assert _native(data) == _python(data)
@@ -125,6 +126,35 @@ def test_a_piece_declined_midway_reads_the_whole_trace_in_python(tmp_path, monke
     python = import_traces(str(p))
     assert native.meta.skipped_events == python.meta.skipped_events == 1
     assert (native.cct.exclusive == python.cct.exclusive).all() and native.frames == python.frames
+
+
+def test_an_array_after_the_events_does_not_send_the_trace_to_the_slow_reader(tmp_path, monkeypatch):
+    """HTA's traces end with an `INFO` array of log lines, others with `deviceProperties`: the file's
+    last bracket is theirs, not the events array's. The scan stops at the array's own bracket and
+    the metadata is read around it, rather than the whole trace decoded in Python."""
+    from dlpt.collectors.kineto import import_traces
+
+    doc = {"schemaVersion": 1, "traceEvents": raw_events("gpt_train"),
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], "traceName": "t",
+           "INFO": ["I1128 CuptiActivityProfiler.cpp:914] done}, {", "x]"]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    data = p.read_bytes()
+    lo, hi = _bounds(data)
+    scanned = scan_mod.Scan(data, lo, hi)
+    for b in scanned:
+        b.close()
+    assert scanned.end == data.index(b'], "deviceProperties"') < hi
+    whole = []
+    monkeypatch.setattr(decode_mod, "decode", lambda *a, **k: whole.append(a) or pytest.fail("read whole"))
+    native = import_traces(str(p))
+    assert not whole and native.meta.devices == [{"id": 0, "name": "NVIDIA H200"}]
+    monkeypatch.undo()
+    monkeypatch.setenv("DLPT_NATIVE_READ", "0")
+    monkeypatch.setattr(scan_mod, "_lib", None)
+    python = import_traces(str(p))
+    assert (native.cct.exclusive == python.cct.exclusive).all() and native.frames == python.frames
+    assert native.meta.devices == python.meta.devices
 
 
 def test_the_columns_hold_the_traces_events():
@@ -278,7 +308,7 @@ def test_odd_but_valid_json_reads_the_same():
 def test_it_declines_what_it_cannot_read_exactly(text, why):
     data = b'{"traceEvents": [' + text + b"]}"
     with pytest.raises(scan_mod.Declined, match=why):
-        list(scan_mod.scan(data, *_bounds(data)))
+        list(scan_mod.Scan(data, *_bounds(data)))
 
 
 def test_times_as_written_read_the_same():

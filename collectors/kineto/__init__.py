@@ -8,10 +8,10 @@ import os
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
 from dlpt.collectors.kineto.columns import Columns, StructBatch, unknown_device_events
-from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, trace_files
+from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, skeleton_meta, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
-from dlpt.collectors.kineto.scan import Declined, scan
+from dlpt.collectors.kineto.scan import Declined, Scan
 from dlpt.frames import Frame, FrameTable
 from dlpt.header import Header, Window
 from dlpt.profile import Profile
@@ -119,12 +119,23 @@ def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     if sliced is not None:
         cols = Columns()
         try:
-            for b in scan(sliced.data, sliced.lo, sliced.hi):
+            scanned = Scan(sliced.data, sliced.lo, sliced.hi)
+            for b in scanned:
                 try:
                     cols.add(b)
                 finally:
                     b.close()
-            return sliced.meta, cols
+            meta = sliced.meta
+            if scanned.end != sliced.hi:
+                # The events array ended before the bracket decode.py took for its end: the
+                # metadata is read again around the true end (the array form has none, and
+                # nothing may follow its bracket).
+                is_object = sliced.data[:sliced.lo].lstrip()[:1] == b"{"
+                found = skeleton_meta(sliced.data, sliced.lo, scanned.end) if is_object else None
+                if found is None:
+                    raise Declined("the events array ended before the file's last bracket")
+                meta = found
+            return meta, cols
         except Declined:
             pass  # the Python reader reads it
         cols = Columns()

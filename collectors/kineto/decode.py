@@ -396,20 +396,28 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
         close = data.rfind(b"]", first, close)
         if close < 0:
             return None
-        skeleton = data[:first] + data[close:]
-        try:
-            try:
-                meta = _decoder.decode(skeleton)
-            except msgspec.ValidationError:
-                meta = _decode_lenient(skeleton)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-            continue
-        if not meta.traceEvents:
+        meta = skeleton_meta(data, first, close)
+        if meta is not None:
             break
-        meta = None
     if meta is None:
         return None
     return Sliced(meta, _slices(data, first, close, chunk_bytes, notes), data, first, close)
+
+
+def skeleton_meta(data: bytes, first: int, close: int) -> Trace | None:
+    """The trace's metadata where data[first:close] is its events array's contents: the file with
+    them cut out decodes, to no events; else None. A later value's `]` can pass this too (a
+    `deviceProperties` or `INFO` array after the events): the slices then do not decode, or the
+    native scan finds the array's true end (scan.py)."""
+    skeleton = data[:first] + data[close:]
+    try:
+        try:
+            meta = _decoder.decode(skeleton)
+        except msgspec.ValidationError:
+            meta = _decode_lenient(skeleton)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    return None if meta.traceEvents else meta
 
 
 def _decode_slice(buf: bytearray, offset: int, notes: dict[str, int] | None) -> list[Event]:

@@ -60,6 +60,7 @@ typedef struct {
   int64_t at;
   int32_t tok_empty, tok_zero, tok_null; /* "" 0 null: what a missing field reads as */
   int32_t last[6];                       /* each field's last token: events repeat their neighbours' */
+  int64_t stop;                          /* where the scan stopped: hi, or the array's closing ']' */
   Out out;
 } Ctx;
 
@@ -725,7 +726,8 @@ void *dlpt_scan_new(void) {
   return c;
 }
 
-/* The events of buf[lo, hi) (a JSON array's contents, without its brackets) into the columns
+/* The events of buf[lo, hi) (a JSON array's contents, without its brackets; or more, up to and
+ * past its closing bracket, where the scan stops: dlpt_scan_stop) into the columns
  * (dlpt_scan_out): how many; -1 when it declines (dlpt_scan_why says why). `defaults`: what
  * each of the N_ARGS args fields reads as where an event does not give it. */
 int64_t dlpt_scan(void *h, const uint8_t *buf, int64_t lo, int64_t hi, const int64_t *defaults) {
@@ -737,19 +739,26 @@ int64_t dlpt_scan(void *h, const uint8_t *buf, int64_t lo, int64_t hi, const int
   for (int f = 0; f < 6; ++f) c->last[f] = 0;
   Cur r = {buf + lo, buf + hi, c};
   int64_t n = 0;
+  c->stop = hi;
   ws(&r);
+  /* A ']' where an event or a ',' may come is the array's end: the bytes given may run past it
+   * (scan.py: the caller's guess at the end can be a later value's bracket). */
   if (r.p == r.e) return 0;
+  if (*r.p == ']') return c->stop = r.p - buf, 0;
   for (;;) {
     if (n >= o->cap && !grow_out(o)) return fail(&r, "out of memory"), -1;
     if (!event(&r, o, n)) return -1;
     ++n;
     ws(&r);
     if (r.p == r.e) return n;
+    if (*r.p == ']') return c->stop = r.p - buf, n;
     if (*r.p != ',') return fail(&r, "',' expected between events"), -1;
     ++r.p;
     ws(&r);
   }
 }
+
+int64_t dlpt_scan_stop(void *h) { return ((Ctx *)h)->stop; }
 
 const char *dlpt_scan_why(void *h, int64_t *at) {
   Ctx *c = h;

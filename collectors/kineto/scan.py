@@ -105,6 +105,8 @@ def _load() -> Any:
     lib.dlpt_scan_npairs.argtypes = [ctypes.c_void_p]
     lib.dlpt_scan_tokens.argtypes = [ctypes.c_void_p, _I64, _I32]
     lib.dlpt_scan_pairs.argtypes = [ctypes.c_void_p, _I32, _I32]
+    lib.dlpt_scan_stop.restype = ctypes.c_int64
+    lib.dlpt_scan_stop.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -146,6 +148,7 @@ class ScanBatch:
         self._data = data
         self._c = cols
         self._free: Callable[[], None] | None = free
+        self.stop = 0  # where its scan stopped: its piece's end, or the events array's closing bracket
         self._tok = tokens
         self._pairs = pairs
         # Made here, from the views: copies, so they outlive close().
@@ -227,38 +230,59 @@ def _pieces(data: bytes, lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def scan(data: bytes, lo: int, hi: int) -> Iterator[ScanBatch]:
-    """The events of data[lo:hi] (a JSON array's contents) as batches, in order: Columns.add
-    each, then close it. Raises `Declined` (at the start, or at any piece) where the native scan
-    is not built or does not read them; the Python reader then reads the trace from the start."""
-    lib = library()
-    if lib is None:
-        raise Declined("not built")
-    pieces = _pieces(data, lo, hi, PIECE_BYTES)
-    if len(pieces) == 1 or (os.cpu_count() or 1) < 2:
-        for a, b in pieces:
-            yield _scan_one(lib, data, a, b)
-        return
-    # Two scanning threads, two pieces ahead: the scan is the slower half (about 0.5 s of C
-    # against 0.25 s of Columns.add on a 523k-event trace), so on two cores both threads scan
-    # while the main thread adds; three pieces' columns are alive at once.
-    pool = ThreadPoolExecutor(2, thread_name_prefix="dlpt-scan")
-    ahead = [pool.submit(_scan_one, lib, data, *p) for p in pieces[:2]]
-    try:
-        for k in range(len(pieces)):
-            if k + 2 < len(pieces):
-                ahead.append(pool.submit(_scan_one, lib, data, *pieces[k + 2]))
-            yield ahead.pop(0).result()
-    finally:
-        # Stopped early (a piece declined, or the caller gave up): the piece still scanning is
-        # waited for and its buffers freed; none is left running.
-        for f in ahead:
-            if not f.cancel():
-                try:
-                    f.result().close()
-                except Declined:
-                    pass
-        pool.shutdown(wait=True)
+class Scan:
+    """The events of data[lo:hi] (a JSON array's contents) as batches, in order: iterate,
+    Columns.add each, then close it. Iterating raises `Declined` (at the start, or at any piece)
+    where the native scan is not built or does not read them; the Python reader then reads the
+    trace from the start.
+
+    `hi` may run past the array's end (decode.py's guess at its closing bracket can be a later
+    value's: HTA's traces end with an `INFO` array, others with `deviceProperties`): the scan
+    stops at the array's true closing bracket, and `end` says where that was."""
+
+    def __init__(self, data: bytes, lo: int, hi: int) -> None:
+        self.data, self.lo, self.hi = data, lo, hi
+        self.end = hi
+
+    def __iter__(self) -> Iterator[ScanBatch]:
+        lib = library()
+        if lib is None:
+            raise Declined("not built")
+        data = self.data
+        pieces = _pieces(data, self.lo, self.hi, PIECE_BYTES)
+        if len(pieces) == 1 or (os.cpu_count() or 1) < 2:
+            for a, b in pieces:
+                batch = _scan_one(lib, data, a, b)
+                yield batch
+                if batch.stop < b:
+                    self.end = batch.stop
+                    return
+            return
+        # Two scanning threads, two pieces ahead: the scan is the slower half (about 0.5 s of C
+        # against 0.25 s of Columns.add on a 523k-event trace), so on two cores both threads scan
+        # while the main thread adds; three pieces' columns are alive at once.
+        pool = ThreadPoolExecutor(2, thread_name_prefix="dlpt-scan")
+        ahead = [pool.submit(_scan_one, lib, data, *p) for p in pieces[:2]]
+        try:
+            for k in range(len(pieces)):
+                if k + 2 < len(pieces):
+                    ahead.append(pool.submit(_scan_one, lib, data, *pieces[k + 2]))
+                batch = ahead.pop(0).result()
+                yield batch
+                if batch.stop < pieces[k][1]:
+                    # The array ended inside this piece: what the later pieces hold is not events.
+                    self.end = batch.stop
+                    return
+        finally:
+            # Stopped early (the array's end, a piece declined, or the caller gave up): the pieces
+            # still scanning are waited for and their buffers freed; none is left running.
+            for f in ahead:
+                if not f.cancel():
+                    try:
+                        f.result().close()
+                    except Declined:
+                        pass
+            pool.shutdown(wait=True)
 
 
 def _scan_one(lib: Any, data: bytes, lo: int, hi: int) -> ScanBatch:
@@ -288,6 +312,7 @@ def _scan_one(lib: Any, data: bytes, lo: int, hi: int) -> ScanBatch:
             raise Declined(f"a token did not decode ({e})") from None
         pairs = list(zip(map(tokens.__getitem__, ppid.tolist()), map(tokens.__getitem__, ptid.tolist())))
         out = lib.dlpt_scan_out(h).contents
+        stop = lib.dlpt_scan_stop(h)
     except BaseException:
         lib.dlpt_scan_free(h)
         raise
@@ -298,4 +323,6 @@ def _scan_one(lib: Any, data: bytes, lo: int, hi: int) -> ScanBatch:
                          ("id", np.int32), ("ts_kind", np.int8), ("dur_kind", np.int8), ("ts", np.int64),
                          ("dur", np.int64), ("off", np.int64), ("end", np.int64))}
     cols["args"] = np.ctypeslib.as_array(out.args, shape=(n, N_ARGS)) if n else np.zeros((0, N_ARGS), dtype=np.int64)
-    return ScanBatch(data, cols, tokens, pairs, lambda: lib.dlpt_scan_free(h))
+    batch = ScanBatch(data, cols, tokens, pairs, lambda: lib.dlpt_scan_free(h))
+    batch.stop = stop
+    return batch
