@@ -169,6 +169,32 @@ def test_the_columns_hold_the_traces_events():
     assert got["gpu"][1] == [round(e["ts"] * 1000) for e in gpu]
     assert got["gpu"][3] == [e["args"]["correlation"] for e in gpu]
     assert got["name"] == [e["name"] for e in spans]
+    # Each span's name numbered by its first span; threads numbered by first appearance among
+    # spans and fwdbwd flows, in event order.
+    first: dict[str, int] = {}
+    assert got["name_first"] == [first.setdefault(e["name"], i) for i, e in enumerate(spans)]
+    order: dict[tuple, int] = {}
+    span_ids = {id(e) for e in spans}
+    for e in evs:
+        if id(e) in span_ids or (e.get("ph") in ("s", "f") and e.get("cat") == "fwdbwd"):
+            order.setdefault((e["pid"], e["tid"]), len(order))
+    assert got["thread_ids"] == list(order.items()) and len(order) >= 2
+    assert got["spans"][1] == [order[(e["pid"], e["tid"])] for e in spans]
+
+
+def test_threads_are_numbered_by_their_first_event():
+    """A thread whose first event is a flow, before another thread's first span, and whose spans
+    come after and last: numbered by first events (flow or span), by both readers."""
+    def ev(ph, tid, ts, **kw):
+        return {"ph": ph, "cat": "fwdbwd" if ph in "sf" else "cpu_op", "name": f"op{ts}", "pid": 1, "tid": tid,
+                "ts": ts, **({"dur": 0.5} if ph == "X" else {"id": ts}), **kw}
+
+    evs = [ev("s", "B", 1), ev("X", "A", 2), ev("X", "B", 3), ev("X", "A", 4), ev("X", "B", 5), ev("f", "C", 6),
+           ev("X", "C", 7)]
+    data = json.dumps({"traceEvents": evs}).encode()
+    for got in (_python(data), _native(data)):
+        assert got["thread_ids"] == [((1, "B"), 0), ((1, "A"), 1), ((1, "C"), 2)]
+        assert got["spans"][1] == [1, 0, 1, 0, 2]
 
 
 # --- damage: the native scan declines, or reads exactly as the Python reader does ---

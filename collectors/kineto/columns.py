@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -129,6 +129,8 @@ class StructBatch:
 
     def __init__(self, events: list) -> None:
         self._ev = events
+        self._name_ids: dict[str, int] = {}
+        self._key_ids: dict[tuple, int] = {}
         n = len(events)
         self.ph = np.fromiter(map(_PH_CODE.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n)
         self.cat = np.fromiter(map(_CAT_CODE.get, [e.cat for e in events], repeat(0)), dtype=np.int8, count=n)
@@ -155,6 +157,20 @@ class StructBatch:
 
     def keys(self, idx: np.ndarray) -> list[tuple]:
         return list(map(_KEY, self.events(idx)))
+
+    def name_ids(self, idx: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The names of the events at `idx` as numbers (equal names, equal numbers) and the
+        names by number."""
+        d = self._name_ids
+        ids = [d.setdefault(n, len(d)) for n in self.names(idx)]
+        return np.array(ids, dtype=np.int64), list(d)
+
+    def key_ids(self, idx: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
+        """The (pid, tid) keys of the events at `idx` as numbers, and the keys by number (one
+        numbering for the batch)."""
+        d = self._key_ids
+        ids = [d.setdefault(k, len(d)) for k in self.keys(idx)]
+        return np.array(ids, dtype=np.int64), list(d)
 
     def pids(self, idx: np.ndarray) -> list:
         return [e.pid for e in self.events(idx)]
@@ -252,12 +268,17 @@ class Columns:
         h_idx = np.flatnonzero(ok & (ccat <= LAUNCH + 1))
         h_rows = cand[h_idx]  # the spans' events
         h_kind = ccat[h_idx].astype(np.int64) - 1
-        names = b.names(h_rows)
+        # Names a distinct name at a time: each span's name as a number (equal numbers, equal
+        # names), the first span of each name found by numpy, and one str object per name.
         n0 = self.n
-        firsts = list(map(self._first.setdefault, names, count(n0)))
-        self.name_first.append(np.array(firsts, dtype=np.int64))
-        self.name.extend(names)
-        self.name[n0:] = map(self.name.__getitem__, firsts)  # one str object per distinct name
+        ids, table = b.name_ids(h_rows)
+        uniq, first_pos, inv = np.unique(ids, return_index=True, return_inverse=True)
+        setdefault = self._first.setdefault
+        firsts_u = [setdefault(table[u], n0 + p) for u, p in zip(uniq.tolist(), first_pos.tolist())]
+        canon = [self.name[f] if f < n0 else table[u] for u, f in zip(uniq.tolist(), firsts_u)]
+        self.name_first.append(np.array(firsts_u, dtype=np.int64)[inv] if len(inv)
+                               else np.zeros(0, dtype=np.int64))
+        self.name.extend(map(canon.__getitem__, inv.tolist()))
         h_start = s[h_idx]
         self.kind.append(h_kind)
         self.start.append(h_start)
@@ -266,24 +287,28 @@ class Columns:
         f_idx = np.flatnonzero(((ph == _PH_S) | (ph == _PH_F)) & (cat == _FWDBWD) & ok_ts)
         fs_ns = ts[f_idx]
         # --- thread ids: (pid, tid) keys numbered by first appearance, spans and flows together ---
-        h_keys = b.keys(h_rows)
-        f_keys = b.keys(f_idx)
+        # A distinct key at a time, as names are.
+        hk, keys = b.key_ids(h_rows)
+        fk, _ = b.key_ids(f_idx)
         thread_ids = self.thread_ids
-        h_thread = np.fromiter(map(thread_ids.get, h_keys, repeat(-1)), dtype=np.int64, count=len(h_keys))
+        lut = np.fromiter(map(thread_ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         # Only a batch with a thread not seen before (the first, mostly) looks for new ones.
-        known = not (h_thread < 0).any() and all(k in thread_ids for k in f_keys)
-        new = [] if known else [k for k in dict.fromkeys(h_keys + f_keys) if k not in thread_ids]
-        if new:
-            # Position of each key's first event: filled from the back, so the first one stays.
-            first = dict(zip(reversed(f_keys), reversed(f_idx.tolist())))
-            first_h = dict(zip(reversed(h_keys), reversed(h_rows.tolist())))
-            for k in sorted(new, key=lambda k: min(first.get(k, 1 << 62), first_h.get(k, 1 << 62))):
-                thread_ids[k] = len(thread_ids)
-        if not known:
-            h_thread = np.fromiter(map(thread_ids.__getitem__, h_keys), dtype=np.int64, count=len(h_keys))
-        self.thread.append(h_thread)
+        if (lut[hk] < 0).any() or (lut[fk] < 0).any():
+            first: dict[int, int] = {}  # a new key's first event, spans and flows together
+            for ks, rows in ((hk, h_rows), (fk, f_idx)):
+                u, at = np.unique(ks, return_index=True)
+                for k, r in zip(u.tolist(), rows[at].tolist()):
+                    if lut[k] < 0 and r < first.get(k, 1 << 62):
+                        first[k] = r
+            for k in sorted(first, key=first.__getitem__):
+                key = keys[k]
+                if key not in thread_ids:  # two numbers of one key (scan.py's tokens): numbered once
+                    thread_ids[key] = len(thread_ids)
+            # (Keys of other events, GPU rows and metadata, stay -1: no span or flow reads them.)
+            lut = np.fromiter(map(thread_ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+        self.thread.append(lut[hk])
         if len(f_idx):
-            f_val = zip(map(thread_ids.__getitem__, f_keys), fs_ns.tolist())
+            f_val = zip(lut[fk].tolist(), fs_ns.tolist())
             # Later flows with the same id replace earlier ones, in event order, as before.
             flow_s, flow_f = self.flow_s, self.flow_f
             for start, fid, v in zip((ph[f_idx] == _PH_S).tolist(), b.ids(f_idx), f_val):

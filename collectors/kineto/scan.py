@@ -151,6 +151,13 @@ class ScanBatch:
         self.stop = 0  # where its scan stopped: its piece's end, or the events array's closing bracket
         self._tok = tokens
         self._pairs = pairs
+        # Each token's and pair's first equal one: equal values, equal numbers (type-aware, so
+        # that 0 and "0" stay apart).
+        seen: dict[tuple[type, Any], int] = {}
+        self._tok_canon = np.array([seen.setdefault((type(t), t), i) for i, t in enumerate(tokens)], dtype=np.int64)
+        pseen: dict[tuple[Any, ...], int] = {}
+        self._pair_canon = np.array([pseen.setdefault((type(a), a, type(b), b), i) for i, (a, b) in enumerate(pairs)],
+                                    dtype=np.int64)
         # Made here, from the views: copies, so they outlive close().
         self.ph, self.cat = ph_cat_codes(tokens, cols["ph"], cols["cat"])
         self.ts = ns_of_parts(cols["ts_kind"], cols["ts"])
@@ -183,6 +190,13 @@ class ScanBatch:
 
     def keys(self, idx: np.ndarray) -> list[tuple[Any, Any]]:
         return list(map(self._pairs.__getitem__, self._c["key"][idx].tolist()))
+
+    def name_ids(self, idx: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """As StructBatch.name_ids, from the tokens: a token spelt two ways (escapes) is one name."""
+        return self._tok_canon[self._c["name"][idx]], self._tok
+
+    def key_ids(self, idx: np.ndarray) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+        return self._pair_canon[self._c["key"][idx]], self._pairs
 
     def pids(self, idx: np.ndarray) -> list[Any]:
         return [k[0] for k in self.keys(idx)]
