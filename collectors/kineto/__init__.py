@@ -7,6 +7,7 @@ import os
 
 from dlpt.cct import TreeBuilder
 from dlpt.collectors.assembly import ActivityColumns, build_profile
+from dlpt.collectors.kineto import gunzip
 from dlpt.collectors.kineto.columns import Columns, StructBatch, unknown_device_events
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, skeleton_meta, trace_files
 from dlpt.collectors.kineto.link import link_columns
@@ -111,10 +112,25 @@ def _wall_window(base: int, cols: Columns) -> Window | None:
     return {"start": base + cols.first, "end": base + cols.last}
 
 
+# Compressed bytes above which a gzip trace is decompressed beside the scan: about the 2 MB of
+# JSON at which decode.py reads in slices, at Kineto's usual ratio of 10-15.
+GZIP_MIN_BYTES = 200_000
+
+
 def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns. A large file is
     scanned in C (scan.py) where that is built and reads it; else decoded a slice at a time
     (decode.py), so that the decoded events of only one slice are alive at once."""
+    if os.path.getsize(path) > GZIP_MIN_BYTES:
+        # A large gzip trace: decompressed on a thread while the scan reads it (gunzip.py).
+        with open(path, "rb") as f:
+            raw = f.read()
+        cols = Columns()
+        try:
+            return gunzip.read(raw, cols.add), cols
+        except Declined:
+            pass  # read below, as any trace is
+        del raw, cols
     sliced = decode_chunks(path, notes=notes)
     if sliced is not None:
         cols = Columns()

@@ -20,7 +20,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -94,7 +94,7 @@ def _load() -> Any:
     lib.dlpt_scan_new.restype = ctypes.c_void_p
     lib.dlpt_scan_free.argtypes = [ctypes.c_void_p]
     lib.dlpt_scan.restype = ctypes.c_int64
-    lib.dlpt_scan.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, _I64]
+    lib.dlpt_scan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _I64]
     lib.dlpt_scan_out.restype = ctypes.POINTER(_Out)
     lib.dlpt_scan_out.argtypes = [ctypes.c_void_p]
     lib.dlpt_scan_why.restype = ctypes.c_char_p
@@ -252,54 +252,73 @@ class Scan:
 
     `hi` may run past the array's end (decode.py's guess at its closing bracket can be a later
     value's: HTA's traces end with an `INFO` array, others with `deviceProperties`): the scan
-    stops at the array's true closing bracket, and `end` says where that was."""
+    stops at the array's true closing bracket, and `end` says where that was. `pieces`, when
+    given, yields the pieces instead, as the bytes arrive (gunzip.py: a buffer still filling)."""
 
-    def __init__(self, data: bytes, lo: int, hi: int) -> None:
+    def __init__(self, data: bytes | bytearray, lo: int, hi: int,
+                 pieces: Iterator[tuple[int, int]] | None = None) -> None:
         self.data, self.lo, self.hi = data, lo, hi
         self.end = hi
+        self._stream = pieces
 
     def __iter__(self) -> Iterator[ScanBatch]:
         lib = library()
         if lib is None:
             raise Declined("not built")
         data = self.data
-        pieces = _pieces(data, self.lo, self.hi, PIECE_BYTES)
-        if len(pieces) == 1 or (os.cpu_count() or 1) < 2:
-            for a, b in pieces:
-                batch = _scan_one(lib, data, a, b)
-                yield batch
-                if batch.stop < b:
-                    self.end = batch.stop
-                    return
-            return
+        if self._stream is not None:
+            pieces, threads = self._stream, True
+        else:
+            listed = _pieces(data, self.lo, self.hi, PIECE_BYTES)
+            pieces, threads = iter(listed), len(listed) > 1
         # Two scanning threads, two pieces ahead: the scan is the slower half (about 0.5 s of C
         # against 0.25 s of Columns.add on a 523k-event trace), so on two cores both threads scan
         # while the main thread adds; three pieces' columns are alive at once.
-        pool = ThreadPoolExecutor(2, thread_name_prefix="dlpt-scan")
-        ahead = [pool.submit(_scan_one, lib, data, *p) for p in pieces[:2]]
+        pool = ThreadPoolExecutor(2, thread_name_prefix="dlpt-scan") if threads and (os.cpu_count() or 1) > 1 else None
+        ahead: list[tuple[tuple[int, int], Future[ScanBatch] | None]] = []
+
+        def more() -> None:
+            p = next(pieces, None)
+            if p is not None:
+                ahead.append((p, pool.submit(_scan_one, lib, data, *p) if pool is not None else None))
+
         try:
-            for k in range(len(pieces)):
-                if k + 2 < len(pieces):
-                    ahead.append(pool.submit(_scan_one, lib, data, *pieces[k + 2]))
-                batch = ahead.pop(0).result()
+            for _ in range(2 if pool is not None else 1):
+                more()
+            while ahead:
+                (a, b), f = ahead.pop(0)
+                more()
+                batch = f.result() if f is not None else _scan_one(lib, data, a, b)
                 yield batch
-                if batch.stop < pieces[k][1]:
+                if batch.stop < b:
                     # The array ended inside this piece: what the later pieces hold is not events.
                     self.end = batch.stop
                     return
+                self.end = b
         finally:
             # Stopped early (the array's end, a piece declined, or the caller gave up): the pieces
             # still scanning are waited for and their buffers freed; none is left running.
-            for f in ahead:
-                if not f.cancel():
+            for _, f in ahead:
+                if f is not None and not f.cancel():
                     try:
                         f.result().close()
                     except Declined:
                         pass
-            pool.shutdown(wait=True)
+            if pool is not None:
+                pool.shutdown(wait=True)
 
 
-def _scan_one(lib: Any, data: bytes, lo: int, hi: int) -> ScanBatch:
+def _address(data: bytes | bytearray) -> tuple[int, Any]:
+    """The address of `data`'s bytes, and what keeps it valid (a bytearray's export also keeps it
+    from being resized meanwhile)."""
+    if isinstance(data, bytearray):
+        view = (ctypes.c_char * len(data)).from_buffer(data)
+        return ctypes.addressof(view), view
+    ptr = ctypes.c_char_p(data)  # bytes: its own buffer, not a copy
+    return ctypes.cast(ptr, ctypes.c_void_p).value or 0, ptr
+
+
+def _scan_one(lib: Any, data: bytes | bytearray, lo: int, hi: int) -> ScanBatch:
     from dlpt.collectors.kineto.decode import Args
 
     h = lib.dlpt_scan_new()
@@ -307,7 +326,9 @@ def _scan_one(lib: Any, data: bytes, lo: int, hi: int) -> ScanBatch:
         raise Declined("out of memory")
     try:
         defaults = np.array([getattr(Args(), f) for f in ARG_FIELDS], dtype=np.int64)
-        n = lib.dlpt_scan(h, data, lo, hi, defaults.ctypes.data_as(_I64))
+        address, keep = _address(data)
+        n = lib.dlpt_scan(h, address, lo, hi, defaults.ctypes.data_as(_I64))
+        del keep
         if n < 0:
             at = ctypes.c_int64(0)
             why = lib.dlpt_scan_why(h, ctypes.byref(at)).decode()
