@@ -273,8 +273,8 @@ class Columns:
         n0 = self.n
         ids, table = b.name_ids(h_rows)
         uniq, first_pos, inv = np.unique(ids, return_index=True, return_inverse=True)
-        setdefault = self._first.setdefault
-        firsts_u = [setdefault(table[u], n0 + p) for u, p in zip(uniq.tolist(), first_pos.tolist())]
+        first_of = self._first.setdefault
+        firsts_u = [first_of(table[u], n0 + p) for u, p in zip(uniq.tolist(), first_pos.tolist())]
         canon = [self.name[f] if f < n0 else table[u] for u, f in zip(uniq.tolist(), firsts_u)]
         self.name_first.append(np.array(firsts_u, dtype=np.int64)[inv] if len(inv)
                                else np.zeros(0, dtype=np.int64))

@@ -226,7 +226,7 @@ def _clean_memory(e: _LenientEvent) -> Event | None:
     return Event(ph="i", name="[memory]", pid=e.pid, tid=e.tid, ts=e.ts, args=args)
 
 
-def _decode_lenient(data: bytes) -> Trace:
+def _decode_lenient(data: bytes | bytearray) -> Trace:
     t = _lenient_decoder.decode(data)
     events = [c for c in map(_clean, t.traceEvents) if c is not None]
     header = {f: getattr(t, f) for f in _TraceHeader.__struct_fields__}
@@ -404,7 +404,7 @@ def decode_chunks(path: str, chunk_bytes: int | None = None,
     return Sliced(meta, _slices(data, first, close, chunk_bytes, notes), data, first, close)
 
 
-def skeleton_meta(data: bytes, first: int, close: int) -> Trace | None:
+def skeleton_meta(data: bytes | bytearray, first: int, close: int) -> Trace | None:
     """The trace's metadata where data[first:close] is its events array's contents: the file with
     them cut out decodes, to no events; else None. A later value's `]` can pass this too (a
     `deviceProperties` or `INFO` array after the events): the slices then do not decode, or the

@@ -143,7 +143,7 @@ class ScanBatch:
     """Events as scan.c wrote them, read by Columns.add as it reads a `StructBatch`: per-event
     codes and times as arrays, and the fields of a subset of events on request."""
 
-    def __init__(self, data: bytes, cols: dict[str, np.ndarray], tokens: list[Any],
+    def __init__(self, data: bytes | bytearray, cols: dict[str, np.ndarray], tokens: list[Any],
                  pairs: list[tuple[Any, Any]], free: Callable[[], None]) -> None:
         self._data = data
         self._c = cols
@@ -229,7 +229,7 @@ PIECE_BYTES = 4 << 20
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 
 
-def _pieces(data: bytes, lo: int, hi: int, size: int) -> list[tuple[int, int]]:
+def _pieces(data: bytes | bytearray, lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     """data[lo:hi] cut between two events about every `size` bytes. A cut that falls inside a
     string leaves a piece that is not JSON, which the scan declines: never a misreading."""
     out = []
