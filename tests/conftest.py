@@ -123,6 +123,19 @@ def raw_events(name: str) -> list[dict]:
         return json.load(f)["traceEvents"]
 
 
+def assert_same_profile(a, b) -> None:
+    """Two readings of one trace made the same profile: frames, tree, activity columns and the
+    header, field by field."""
+    import numpy as np
+
+    assert a.frames == b.frames
+    for x, y in ((a.cct.parent, b.cct.parent), (a.cct.frame, b.cct.frame), (a.cct.exclusive, b.cct.exclusive)):
+        assert np.array_equal(x, y)
+    for k in a.activities.__dataclass_fields__:
+        assert np.array_equal(getattr(a.activities, k), getattr(b.activities, k))
+    assert a.meta.to_dict() == b.meta.to_dict()
+
+
 @pytest.fixture(params=TRACE_NAMES)
 def trace_name(request) -> str:
     return request.param

@@ -9,24 +9,14 @@ import importlib
 import json
 import zlib
 
-import numpy as np
 import pytest
-from conftest import raw_events, trace_path
+from conftest import assert_same_profile, raw_events, trace_path
 
 from dlpt.collectors.kineto import import_traces
 
 gunzip = importlib.import_module("dlpt.collectors.kineto.gunzip")
 scan_mod = importlib.import_module("dlpt.collectors.kineto.scan")
 kineto = importlib.import_module("dlpt.collectors.kineto")
-
-
-def _same(a, b) -> None:
-    assert a.frames == b.frames
-    for x, y in ((a.cct.parent, b.cct.parent), (a.cct.frame, b.cct.frame), (a.cct.exclusive, b.cct.exclusive)):
-        assert np.array_equal(x, y)
-    for k in a.activities.__dataclass_fields__:
-        assert np.array_equal(getattr(a.activities, k), getattr(b.activities, k))
-    assert a.meta.to_dict() == b.meta.to_dict()
 
 
 def _python(path, monkeypatch):
@@ -57,7 +47,7 @@ def test_a_gzip_trace_reads_as_the_python_reader_reads_it(name, monkeypatch, spy
     assert p.stat().st_size > kineto.GZIP_MIN_BYTES
     native = import_traces(str(p))
     assert spy, "not read while decompressed"
-    _same(native, _python(p, monkeypatch))
+    assert_same_profile(native, _python(p, monkeypatch))
 
 
 def test_many_pieces_while_it_fills(tmp_path, monkeypatch, spy):
@@ -72,7 +62,7 @@ def test_many_pieces_while_it_fills(tmp_path, monkeypatch, spy):
     native = import_traces(str(p))
     assert spy
     assert native.meta.devices == [{"id": 0}]
-    _same(native, _python(p, monkeypatch))
+    assert_same_profile(native, _python(p, monkeypatch))
 
 
 @pytest.mark.parametrize("how", ["two members", "false size", "cut short", "not an object"])
@@ -94,7 +84,7 @@ def test_what_is_not_the_plain_case_is_read_by_the_other_reader(tmp_path, monkey
     with pytest.raises(scan_mod.Declined):
         gunzip.read(p.read_bytes(), lambda b: None)
     if how in ("two members", "not an object"):
-        _same(import_traces(str(p)), _python(p, monkeypatch))
+        assert_same_profile(import_traces(str(p)), _python(p, monkeypatch))
     else:
         from dlpt.errors import DlptError
 

@@ -7,22 +7,12 @@ import gzip
 import json
 import sys
 
-import numpy as np
 import pytest
-from conftest import raw_events, trace_path
+from conftest import assert_same_profile, raw_events, trace_path
 
 from dlpt.collectors.kineto import import_traces
 
 decode_mod = sys.modules["dlpt.collectors.kineto.decode"]
-
-
-def _same(a, b) -> None:
-    assert a.frames == b.frames
-    for x, y in ((a.cct.parent, b.cct.parent), (a.cct.frame, b.cct.frame), (a.cct.exclusive, b.cct.exclusive)):
-        assert np.array_equal(x, y)
-    for k in a.activities.__dataclass_fields__:
-        assert np.array_equal(getattr(a.activities, k), getattr(b.activities, k))
-    assert a.meta["skipped_events"] == b.meta["skipped_events"]
 
 
 def _import(path, chunk_bytes: int, monkeypatch):
@@ -44,7 +34,7 @@ def _sliced(path, chunk_bytes: int) -> int:
 def test_slices_give_the_same_profile(trace_name, monkeypatch):
     p = trace_path(trace_name)
     assert _sliced(p, 2000) > 1
-    _same(_import(p, 1 << 30, monkeypatch), _import(p, 2000, monkeypatch))
+    assert_same_profile(_import(p, 1 << 30, monkeypatch), _import(p, 2000, monkeypatch))
 
 
 def test_cut_inside_a_string_reads_the_file_whole(tmp_path, monkeypatch):
@@ -55,7 +45,7 @@ def test_cut_inside_a_string_reads_the_file_whole(tmp_path, monkeypatch):
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": evs}))
     assert _sliced(p, 2000) == 0
-    _same(_import(p, 1 << 30, monkeypatch), _import(p, 2000, monkeypatch))
+    assert_same_profile(_import(p, 1 << 30, monkeypatch), _import(p, 2000, monkeypatch))
 
 
 @pytest.mark.parametrize("damage", ["string ts", "null dur", "args not an object", "list pid"])
@@ -77,6 +67,6 @@ def test_damaged_slices_are_read_leniently(tmp_path, monkeypatch, damage):
     p.write_text(json.dumps(doc))
     assert _sliced(p, 2000) > 1
     whole, sliced = _import(p, 1 << 30, monkeypatch), _import(p, 2000, monkeypatch)
-    _same(whole, sliced)
+    assert_same_profile(whole, sliced)
     if damage in ("string ts", "list pid"):
         assert sliced.meta["skipped_events"] > 0

@@ -447,6 +447,15 @@ static int lit(Cur *r, const char *w) {
   return 1;
 }
 
+/* After a member or an element: ',' (1: another follows), the closing `close` (2: done), or the
+ * scan declines (0). */
+static int next_or_close(Cur *r, uint8_t close) {
+  ws(r);
+  if (r->p < r->e && *r->p == ',') return ++r->p, 1;
+  if (r->p < r->e && *r->p == close) return ++r->p, 2;
+  return fail(r, close == '}' ? "',' or '}' expected" : "',' or ']' expected");
+}
+
 /* Any JSON value, checked and passed over. */
 static int skip(Cur *r, int depth) {
   if (depth > 64) return fail(r, "values nested too deep");
@@ -469,13 +478,8 @@ static int skip(Cur *r, int depth) {
         if (r->p >= r->e || *r->p != ':') return fail(r, "':' expected");
         ++r->p;
         if (!skip(r, depth + 1)) return 0;
-        ws(r);
-        if (r->p < r->e && *r->p == ',') {
-          ++r->p;
-          continue;
-        }
-        if (r->p < r->e && *r->p == '}') return ++r->p, 1;
-        return fail(r, "',' or '}' expected");
+        int k = next_or_close(r, '}');
+        if (k != 1) return k == 2;
       }
     case '[':
       ++r->p;
@@ -483,13 +487,8 @@ static int skip(Cur *r, int depth) {
       if (r->p < r->e && *r->p == ']') return ++r->p, 1;
       for (;;) {
         if (!skip(r, depth + 1)) return 0;
-        ws(r);
-        if (r->p < r->e && *r->p == ',') {
-          ++r->p;
-          continue;
-        }
-        if (r->p < r->e && *r->p == ']') return ++r->p, 1;
-        return fail(r, "',' or ']' expected");
+        int k = next_or_close(r, ']');
+        if (k != 1) return k == 2;
       }
     case 't':
       return lit(r, "true");
@@ -626,13 +625,8 @@ static int args(Cur *r, int64_t *a) {
     } else if (!skip(r, 2)) {
       return 0;
     }
-    ws(r);
-    if (r->p < r->e && *r->p == ',') {
-      ++r->p;
-      continue;
-    }
-    if (r->p < r->e && *r->p == '}') return ++r->p, 1;
-    return fail(r, "',' or '}' expected");
+    int more = next_or_close(r, '}');
+    if (more != 1) return more == 2;
   }
 }
 
@@ -673,16 +667,9 @@ static int event(Cur *r, Out *o, int64_t i) {
         if (seen & (1u << bit)) return fail(r, "a field given twice");
         seen |= 1u << bit;
       }
-      ws(r);
-      if (r->p < r->e && *r->p == ',') {
-        ++r->p;
-        continue;
-      }
-      if (r->p < r->e && *r->p == '}') {
-        ++r->p;
-        break;
-      }
-      return fail(r, "',' or '}' expected");
+      int more = next_or_close(r, '}');
+      if (more == 0) return 0;
+      if (more == 2) break;
     }
   }
   int32_t kp = pair(c, pid, tid);
