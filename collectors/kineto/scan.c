@@ -52,6 +52,7 @@ typedef struct {
   uint32_t tmask;
   /* distinct (pid, tid) pairs */
   int32_t *pair_pid, *pair_tid;
+  uint64_t *pair_hash;
   int32_t npair, pair_cap;
   int32_t *pslot;
   uint32_t pmask;
@@ -82,28 +83,37 @@ static uint64_t hash_bytes(const uint8_t *s, int32_t n) {
   return h ^ (h >> 29);
 }
 
-static int grow_tokens(Ctx *c) {
-  int32_t cap = c->tok_cap ? c->tok_cap * 2 : 4096;
-  Token *t = realloc(c->tok, sizeof(Token) * (size_t)cap);
-  if (!t) return 0;
-  c->tok = t;
-  uint64_t *h = realloc(c->tok_hash, sizeof(uint64_t) * (size_t)cap);
-  if (!h) return 0;
-  c->tok_hash = h;
-  /* slots: twice the capacity, rebuilt */
+/* *p resized to cap elements of `size` bytes; 0 when out of memory (*p left as it was). */
+static int grow_array(void **p, size_t size, int64_t cap) {
+  void *q = realloc(*p, size * (size_t)cap);
+  if (!q) return 0;
+  *p = q;
+  return 1;
+}
+
+/* *slots rebuilt as open-addressing slots (-1: empty) over n items with these hashes, 2 * cap of
+ * them (a power of two), *mask for indexing; 0 when out of memory. */
+static int rebuild_slots(int32_t **slots, uint32_t *mask, const uint64_t *hash, int32_t n, int32_t cap) {
   uint32_t nslots = (uint32_t)cap * 2;
   int32_t *slot = malloc(sizeof(int32_t) * nslots);
   if (!slot) return 0;
   memset(slot, 0xff, sizeof(int32_t) * nslots);
-  for (int32_t i = 0; i < c->ntok; ++i) {
-    if (c->tok[i].off < 0) continue; /* a missing field's token: never looked up */
-    uint32_t j = (uint32_t)c->tok_hash[i] & (nslots - 1);
+  for (int32_t i = 0; i < n; ++i) {
+    uint32_t j = (uint32_t)hash[i] & (nslots - 1);
     while (slot[j] >= 0) j = (j + 1) & (nslots - 1);
     slot[j] = i;
   }
-  free(c->tslot);
-  c->tslot = slot;
-  c->tmask = nslots - 1;
+  free(*slots);
+  *slots = slot;
+  *mask = nslots - 1;
+  return 1;
+}
+
+static int grow_tokens(Ctx *c) {
+  int32_t cap = c->tok_cap ? c->tok_cap * 2 : 4096;
+  if (!grow_array((void **)&c->tok, sizeof(Token), cap) || !grow_array((void **)&c->tok_hash, sizeof(uint64_t), cap) ||
+      !rebuild_slots(&c->tslot, &c->tmask, c->tok_hash, c->ntok, cap))
+    return 0;
   c->tok_cap = cap;
   return 1;
 }
@@ -116,7 +126,10 @@ static int32_t intern(Ctx *c, const uint8_t *s, int32_t n) {
   for (;;) {
     int32_t i = c->tslot[j];
     if (i < 0) break;
-    if (c->tok_hash[i] == h && c->tok[i].len == n && memcmp(c->base + c->tok[i].off, s, (size_t)n) == 0) return i;
+    /* (a missing field's tokens, offset -1, are in the slots too, and never equal) */
+    if (c->tok_hash[i] == h && c->tok[i].len == n && c->tok[i].off >= 0 &&
+        memcmp(c->base + c->tok[i].off, s, (size_t)n) == 0)
+      return i;
     j = (j + 1) & c->tmask;
   }
   int32_t i = c->ntok++;
@@ -139,25 +152,10 @@ static int32_t intern_field(Ctx *c, int field, const uint8_t *s, int32_t n) {
 
 static int grow_pairs(Ctx *c) {
   int32_t cap = c->pair_cap ? c->pair_cap * 2 : 256;
-  int32_t *p = realloc(c->pair_pid, sizeof(int32_t) * (size_t)cap);
-  if (!p) return 0;
-  c->pair_pid = p;
-  p = realloc(c->pair_tid, sizeof(int32_t) * (size_t)cap);
-  if (!p) return 0;
-  c->pair_tid = p;
-  uint32_t nslots = (uint32_t)cap * 2;
-  int32_t *slot = malloc(sizeof(int32_t) * nslots);
-  if (!slot) return 0;
-  memset(slot, 0xff, sizeof(int32_t) * nslots);
-  for (int32_t i = 0; i < c->npair; ++i) {
-    uint64_t h = ((uint64_t)(uint32_t)c->pair_pid[i] * 0x9E3779B97F4A7C15ULL) ^ (uint32_t)c->pair_tid[i];
-    uint32_t j = (uint32_t)(h ^ (h >> 31)) & (nslots - 1);
-    while (slot[j] >= 0) j = (j + 1) & (nslots - 1);
-    slot[j] = i;
-  }
-  free(c->pslot);
-  c->pslot = slot;
-  c->pmask = nslots - 1;
+  if (!grow_array((void **)&c->pair_pid, sizeof(int32_t), cap) || !grow_array((void **)&c->pair_tid, sizeof(int32_t), cap) ||
+      !grow_array((void **)&c->pair_hash, sizeof(uint64_t), cap) ||
+      !rebuild_slots(&c->pslot, &c->pmask, c->pair_hash, c->npair, cap))
+    return 0;
   c->pair_cap = cap;
   return 1;
 }
@@ -165,7 +163,8 @@ static int grow_pairs(Ctx *c) {
 static int32_t pair(Ctx *c, int32_t pid, int32_t tid) {
   if (c->npair >= c->pair_cap && !grow_pairs(c)) return -1;
   uint64_t h = ((uint64_t)(uint32_t)pid * 0x9E3779B97F4A7C15ULL) ^ (uint32_t)tid;
-  uint32_t j = (uint32_t)(h ^ (h >> 31)) & c->pmask;
+  h ^= h >> 31;
+  uint32_t j = (uint32_t)h & c->pmask;
   for (;;) {
     int32_t i = c->pslot[j];
     if (i < 0) break;
@@ -175,31 +174,21 @@ static int32_t pair(Ctx *c, int32_t pid, int32_t tid) {
   int32_t i = c->npair++;
   c->pair_pid[i] = pid;
   c->pair_tid[i] = tid;
+  c->pair_hash[i] = h;
   c->pslot[j] = i;
   return i;
 }
 
 static int grow_out(Out *o) {
   int64_t cap = o->cap ? o->cap * 2 : 65536;
-#define GROW(f, n)                                               \
-  do {                                                           \
-    void *q = realloc(o->f, sizeof(*o->f) * (size_t)(cap * (n))); \
-    if (!q) return 0;                                            \
-    o->f = q;                                                    \
-  } while (0)
-  GROW(ph, 1);
-  GROW(cat, 1);
-  GROW(name, 1);
-  GROW(key, 1);
-  GROW(id, 1);
-  GROW(ts_kind, 1);
-  GROW(dur_kind, 1);
-  GROW(ts, 1);
-  GROW(dur, 1);
-  GROW(args, N_ARGS);
-  GROW(off, 1);
-  GROW(end, 1);
-#undef GROW
+  if (!grow_array((void **)&o->ph, sizeof(int32_t), cap) || !grow_array((void **)&o->cat, sizeof(int32_t), cap) ||
+      !grow_array((void **)&o->name, sizeof(int32_t), cap) || !grow_array((void **)&o->key, sizeof(int32_t), cap) ||
+      !grow_array((void **)&o->id, sizeof(int32_t), cap) || !grow_array((void **)&o->ts_kind, sizeof(int8_t), cap) ||
+      !grow_array((void **)&o->dur_kind, sizeof(int8_t), cap) || !grow_array((void **)&o->ts, sizeof(int64_t), cap) ||
+      !grow_array((void **)&o->dur, sizeof(int64_t), cap) ||
+      !grow_array((void **)&o->args, sizeof(int64_t), cap * N_ARGS) ||
+      !grow_array((void **)&o->off, sizeof(int64_t), cap) || !grow_array((void **)&o->end, sizeof(int64_t), cap))
+    return 0;
   o->cap = cap;
   return 1;
 }
@@ -456,6 +445,16 @@ static int next_or_close(Cur *r, uint8_t close) {
   return fail(r, close == '}' ? "',' or '}' expected" : "',' or ']' expected");
 }
 
+/* At an object's '{': 2 where it is empty (passed over), 1 where a member follows, 0 where it is
+ * not an object (`what`: what the scan then says). */
+static int open_object(Cur *r, const char *what) {
+  if (r->p >= r->e || *r->p != '{') return fail(r, what);
+  ++r->p;
+  ws(r);
+  if (r->p < r->e && *r->p == '}') return ++r->p, 2;
+  return 1;
+}
+
 /* Any JSON value, checked and passed over. */
 static int skip(Cur *r, int depth) {
   if (depth > 64) return fail(r, "values nested too deep");
@@ -466,10 +465,9 @@ static int skip(Cur *r, int depth) {
   switch (ch) {
     case '"':
       return string(r, &esc);
-    case '{':
-      ++r->p;
-      ws(r);
-      if (r->p < r->e && *r->p == '}') return ++r->p, 1;
+    case '{': {
+      int open = open_object(r, "an object expected");
+      if (open != 1) return open == 2;
       for (;;) {
         ws(r);
         if (r->p >= r->e || *r->p != '"') return fail(r, "an object key expected");
@@ -481,6 +479,7 @@ static int skip(Cur *r, int depth) {
         int k = next_or_close(r, '}');
         if (k != 1) return k == 2;
       }
+    }
     case '[':
       ++r->p;
       ws(r);
@@ -505,6 +504,7 @@ static int skip(Cur *r, int depth) {
  * field's name). */
 static int key(Cur *r, const uint8_t **k, size_t *n) {
   int esc;
+  ws(r);
   if (r->p >= r->e || *r->p != '"') return fail(r, "an object key expected");
   const uint8_t *s = r->p;
   if (!string(r, &esc)) return 0;
@@ -595,15 +595,12 @@ static int str_or_null(Cur *r) {
  * fields are checked (the strict decode reads them) and passed over. */
 static int args(Cur *r, int64_t *a) {
   if (r->p < r->e && *r->p == 'n') return lit(r, "null");
-  if (r->p >= r->e || *r->p != '{') return fail(r, "args that are not an object");
-  ++r->p;
-  ws(r);
-  if (r->p < r->e && *r->p == '}') return ++r->p, 1;
+  int open = open_object(r, "args that are not an object");
+  if (open != 1) return open == 2;
   unsigned seen = 0;
+  const uint8_t *k;
+  size_t n;
   for (;;) {
-    const uint8_t *k;
-    size_t n;
-    ws(r);
     if (!key(r, &k, &n)) return 0;
     /* the int fields: the first N_ARGS in ARG_FIELDS' order (columns.py), then those only checked */
     int which = is(k, n, "correlation") ? 0 : is(k, n, "Sequence number") ? 1 : is(k, n, "bytes") ? 2
@@ -632,7 +629,6 @@ static int args(Cur *r, int64_t *a) {
 
 static int event(Cur *r, Out *o, int64_t i) {
   Ctx *c = r->c;
-  if (r->p >= r->e || *r->p != '{') return fail(r, "an event that is not an object");
   o->off[i] = r->p - c->base;
   int32_t ph = c->tok_empty, cat = c->tok_empty, name = c->tok_empty, id = c->tok_null;
   int32_t pid = c->tok_zero, tid = c->tok_zero;
@@ -640,16 +636,13 @@ static int event(Cur *r, Out *o, int64_t i) {
   int64_t ts = 0, dur = 0;
   int64_t *a = o->args + i * N_ARGS;
   for (int j = 0; j < N_ARGS; ++j) a[j] = o->defaults[j];
-  ++r->p;
-  ws(r);
-  if (r->p < r->e && *r->p == '}') {
-    ++r->p;
-  } else {
+  int open = open_object(r, "an event that is not an object");
+  if (!open) return 0;
+  if (open == 1) {
     unsigned seen = 0;
+    const uint8_t *k;
+    size_t n;
     for (;;) {
-      const uint8_t *k;
-      size_t n;
-      ws(r);
       if (!key(r, &k, &n)) return 0;
       int bit = -1, ok;
       if (is(k, n, "ph")) bit = 0, ok = str_token(r, 0, &ph);
@@ -697,6 +690,7 @@ void dlpt_scan_free(void *h) {
   free(c->tslot);
   free(c->pair_pid);
   free(c->pair_tid);
+  free(c->pair_hash);
   free(c->pslot);
   free_out(&c->out);
   free(c);
