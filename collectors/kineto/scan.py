@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def _build_name() -> str:
     hashlib: hashlib's OpenSSL costs `dlpt report` 4 MB of memory)."""
     cc = os.environ.get("CC", "cc")
     with open(SOURCE, "rb") as f:
-        key = f.read() + "\0".join([cc, *FLAGS, sys.platform, os.uname().machine]).encode()
+        key = f.read() + "\0".join([cc, *FLAGS, sys.platform, platform.machine()]).encode()
     return f"kineto-scan-{zlib.crc32(key):08x}{zlib.adler32(key):08x}"
 
 
