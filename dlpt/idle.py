@@ -200,13 +200,11 @@ def _sorted_disjoint(hs: np.ndarray, he: np.ndarray, ht: np.ndarray) -> bool:
     return bool((ht[1:] >= ht[:-1]).all() and not (same & ((hs[1:] <= hs[:-1]) | (hs[1:] < he[:-1]))).any())
 
 
-def _cum_length(gs: np.ndarray, ge: np.ndarray, t: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
-    """Time up to each t inside the (sorted, disjoint) intervals gs..ge, exactly. `k`, where
-    the caller has it: the last interval starting at or before each t (-1: none)."""
+def _cum_length(gs: np.ndarray, ge: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time up to each t inside the (sorted, disjoint) intervals gs..ge, exactly."""
     length = ge - gs
     cum = np.r_[I64(0), np.cumsum(length)]
-    if k is None:
-        k = np.searchsorted(gs, t, side="right") - 1
+    k = np.searchsorted(gs, t, side="right") - 1
     kk = np.maximum(k, 0)
     inside = np.clip(t - gs[kk], 0, length[kk]) if len(gs) else np.zeros(len(t), I64)
     return np.where(k >= 0, cum[kk] + inside, 0) if len(gs) else np.zeros(len(t), I64)
@@ -227,25 +225,13 @@ def _device_shares(gs: np.ndarray, ge: np.ndarray, hs: np.ndarray,
         # 2**53 are exact, so this is to the bit what the integral below gives.
         inside = _cum_length(gs, ge, he) - _cum_length(gs, ge, hs)
         return inside.astype(np.float64), int(inside.sum())
-    # The distinct boundaries b, and each one's place among them, from one stable sort: every
-    # host start and end is one of them (its rank is its index in b), and a boundary's last gap
-    # starting at or before it is the count of gap starts sorted up to its value, less one.
-    # (Two binary searches of every host interval in b, and one of b in the gaps, cost more.)
-    cat = np.concatenate([gs, ge, hs, he])
-    o = np.argsort(cat, kind="stable")
-    b = cat[o]
-    new = np.r_[True, b[1:] != b[:-1]]
-    rank = np.empty(len(cat), dtype=I64)
-    rank[o] = np.cumsum(new) - 1
-    ng, nh = len(gs), len(hs)
-    i0, i1 = rank[2 * ng:2 * ng + nh], rank[2 * ng + nh:]
-    last = np.r_[new[1:], True]  # the last of each run of equal values
-    k = np.cumsum(o < ng)[last] - 1
-    del cat, o, rank
-    b = b[new]
-    seg_idle = np.diff(_cum_length(gs, ge, b, k))
+    b = np.concatenate([gs, ge, hs, he])
+    b.sort()
+    b = b[np.r_[True, b[1:] != b[:-1]]]
+    seg_idle = np.diff(_cum_length(gs, ge, b))
+    i0, i1 = np.searchsorted(b, hs), np.searchsorted(b, he)
     n_b = len(b)
-    del b, new, last, k  # the columns here are several times the host intervals: freed as soon as done with
+    del b  # the columns here are several times the host intervals: freed as soon as done with
     running = np.bincount(i0, minlength=n_b)
     running -= np.bincount(i1, minlength=n_b)
     running = np.cumsum(running[:-1])
