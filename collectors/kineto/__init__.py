@@ -12,7 +12,7 @@ from dlpt.collectors.kineto.columns import Columns, StructBatch, unknown_device_
 from dlpt.collectors.kineto.decode import Trace, Unsplittable, as_int, decode, decode_chunks, skeleton_meta, trace_files
 from dlpt.collectors.kineto.link import link_columns
 from dlpt.collectors.kineto.memory import add_meta
-from dlpt.collectors.kineto.scan import Declined, Scan
+from dlpt.collectors.kineto.scan import Declined, scan_into
 from dlpt.frames import Frame, FrameTable
 from dlpt.header import Header, Window
 from dlpt.profile import Profile
@@ -121,7 +121,7 @@ def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     """The trace's metadata and its events sorted into the linker's columns. A large file is
     scanned in C (scan.py) where that is built and reads it; else decoded a slice at a time
     (decode.py), so that the decoded events of only one slice are alive at once."""
-    if os.path.getsize(path) > GZIP_MIN_BYTES:
+    if os.path.getsize(path) > GZIP_MIN_BYTES and gunzip.is_gzip(path):
         # A large gzip trace: decompressed on a thread while the scan reads it (gunzip.py).
         with open(path, "rb") as f:
             raw = f.read()
@@ -135,19 +135,14 @@ def _read(path: str, notes: dict[str, int]) -> tuple[Trace, Columns]:
     if sliced is not None:
         cols = Columns()
         try:
-            scanned = Scan(sliced.data, sliced.lo, sliced.hi)
-            for b in scanned:
-                try:
-                    cols.add(b)
-                finally:
-                    b.close()
+            end = scan_into(cols.add, sliced.data, sliced.lo, sliced.hi)
             meta = sliced.meta
-            if scanned.end != sliced.hi:
+            if end != sliced.hi:
                 # The events array ended before the bracket decode.py took for its end: the
                 # metadata is read again around the true end (the array form has none, and
                 # nothing may follow its bracket).
                 is_object = sliced.data[:sliced.lo].lstrip()[:1] == b"{"
-                found = skeleton_meta(sliced.data, sliced.lo, scanned.end) if is_object else None
+                found = skeleton_meta(sliced.data, sliced.lo, end) if is_object else None
                 if found is None:
                     raise Declined("the events array ended before the file's last bracket")
                 meta = found

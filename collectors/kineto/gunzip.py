@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import dlpt.collectors.kineto.scan as scan_mod
 from dlpt.collectors.kineto.decode import _EVENTS_KEY, Trace, skeleton_meta
-from dlpt.collectors.kineto.scan import _BETWEEN, Declined, Scan, ScanBatch
+from dlpt.collectors.kineto.scan import _BETWEEN, Declined, ScanBatch, scan_into
 
 IN_STEP = 1 << 20  # compressed bytes handed to zlib at a time
 OUT_STEP = 4 << 20  # at most this much output per step, so pieces become readable early
@@ -103,6 +103,12 @@ def _pieces(g: Gunzip, lo: int) -> Iterator[tuple[int, int]]:
             g.wait_for(avail + size)  # no cut in what came: wait for more
 
 
+def is_gzip(path: str) -> bool:
+    """Does the file start as gzip does? (Asked before the whole file is read.)"""
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
 def read(raw: bytes, add: Callable[[ScanBatch], None]) -> Trace:
     """Decompress `raw` (a gzip file's bytes) on a thread while the scan reads its events; each
     batch goes to `add` (Columns.add) and is closed. The trace's metadata back; `Declined` where
@@ -117,14 +123,9 @@ def read(raw: bytes, add: Callable[[ScanBatch], None]) -> Trace:
         if m is None or not _OBJECT.match(g.buf):
             raise Declined("no events array at the start")
         lo = m.end()
-        scanned = Scan(g.buf, lo, g.size, _pieces(g, lo))
-        for b in scanned:
-            try:
-                add(b)
-            finally:
-                b.close()
+        end = scan_into(add, g.buf, lo, g.size, _pieces(g, lo))
         g.wait_for(g.size)
-        meta = skeleton_meta(g.buf, lo, scanned.end)
+        meta = skeleton_meta(g.buf, lo, end)
         if meta is None:
             raise Declined("the document around the events array does not decode")
         return meta

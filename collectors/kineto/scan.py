@@ -309,6 +309,19 @@ class Scan:
                 pool.shutdown(wait=True)
 
 
+def scan_into(add: Callable[[ScanBatch], None], data: bytes | bytearray, lo: int, hi: int,
+              pieces: Iterator[tuple[int, int]] | None = None) -> int:
+    """Scan the events of data[lo:hi] (`Scan`), each batch given to `add` (Columns.add) and then
+    closed; where the events array ended. `Declined` as `Scan` raises it."""
+    scanned = Scan(data, lo, hi, pieces)
+    for b in scanned:
+        try:
+            add(b)
+        finally:
+            b.close()
+    return scanned.end
+
+
 def _address(data: bytes | bytearray) -> tuple[int, Any]:
     """The address of `data`'s bytes, and what keeps it valid (a bytearray's export also keeps it
     from being resized meanwhile)."""
