@@ -27,6 +27,23 @@ for _ in range(3):
 """
 
 
+def _bytecode_for_children() -> None:
+    """The suite starts a few hundred Python processes (`dlpt record`, `dlpt report`, torchrun's
+    ranks). Where PYTHONDONTWRITEBYTECODE is set (this machine's shells set it), each of them
+    compiled dlpt's modules from source again, as no installed package does (pip compiles its
+    bytecode): two of the suite's ten minutes of CPU on 2026-11-28. So the tests' processes write
+    and read bytecode as Python does by default, into `__pycache__` folders beside the sources
+    (git ignores them). Set at import, before xdist starts its workers, so that they and every
+    process they start inherit it. (Not PYTHONPYCACHEPREFIX: a cache there is read instead of the
+    installed packages' own, and every module of torch would be compiled again once.)"""
+    import os
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_bytecode_for_children()
+
+
 def pytest_sessionstart(session) -> None:
     """Set up once per test process. The native trace reader (collectors/kineto/scan.py) is built
     before any test runs a command: its one-time "building" line would otherwise land in

@@ -45,10 +45,41 @@ class Built:
     reason: str  # why it was compiled ("" when reused)
 
 
-def builds_root() -> str:
-    from torch.utils import cpp_extension
+# Finding a finished build must not import torch.utils.cpp_extension: that import (setuptools
+# with it) took 0.15-0.18 s of every `dlpt record` and of every rank's start on this machine,
+# more than loading the build itself. It is imported where a build is made. The two values the
+# build's place depends on are read here as torch's builder reads them.
+def _default_build_root() -> str:
+    """cpp_extension.get_default_build_root()'s folder."""
+    try:
+        from torch import _appdirs
 
-    return os.path.join(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root(), BUILDS_DIR)
+        return os.path.realpath(_appdirs.user_cache_dir(appname="torch_extensions"))
+    except (ImportError, AttributeError):  # a torch that keeps it elsewhere: ask the builder
+        from torch.utils import cpp_extension
+
+        return cpp_extension.get_default_build_root()
+
+
+def _cuda_home() -> str:
+    """The CUDA_HOME torch's builder finds on Linux (cpp_extension.CUDA_HOME: none for a torch
+    built without CUDA; else _find_cuda_home: the environment's CUDA_HOME or CUDA_PATH, else the
+    folder above nvcc's, else /usr/local/cuda where it exists); "" for none."""
+    import torch
+
+    if not (torch.cuda._is_compiled() and torch.version.cuda):
+        return ""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home is None:
+        nvcc = shutil.which("nvcc")
+        home = os.path.dirname(os.path.dirname(nvcc)) if nvcc else "/usr/local/cuda"
+        if nvcc is None and not os.path.exists(home):
+            home = ""
+    return home
+
+
+def builds_root() -> str:
+    return os.path.join(os.environ.get("TORCH_EXTENSIONS_DIR") or _default_build_root(), BUILDS_DIR)
 
 
 def build_inputs(sources: Sequence[str], cflags: Sequence[str], ldflags: Sequence[str],
@@ -61,7 +92,6 @@ def build_inputs(sources: Sequence[str], cflags: Sequence[str], ldflags: Sequenc
     import sysconfig
 
     import torch
-    from torch.utils import cpp_extension
 
     digest = hashlib.sha256()
     for p in sources:
@@ -80,7 +110,7 @@ def build_inputs(sources: Sequence[str], cflags: Sequence[str], ldflags: Sequenc
                   f"{sysconfig.get_config_var('EXT_SUFFIX')}",
         "python_include": sysconfig.get_path("include", scheme="posix_prefix") or "",
         "compiler": shutil.which(cxx) or cxx,
-        "cuda_home": (getattr(cpp_extension, "CUDA_HOME", None) or "") if with_cuda else "",
+        "cuda_home": _cuda_home() if with_cuda else "",
         "cflags": " ".join(cflags),
         "ldflags": " ".join(ldflags),
     }
@@ -100,8 +130,6 @@ def build(sources: Sequence[str], cflags: Sequence[str], ldflags: Sequence[str],
     from there. A build is said on stderr, once, with what and why; with `retry_failed` False
     a build that failed with these inputs within a day raises at once instead of failing again.
     Raises what torch's builder raises when the build fails."""
-    from torch.utils import cpp_extension
-
     inputs = build_inputs(sources, cflags, ldflags, with_cuda)
     name = build_name(inputs, prefix)
     root = builds_root()
@@ -137,6 +165,8 @@ def build(sources: Sequence[str], cflags: Sequence[str], ldflags: Sequence[str],
             why = f"its last build failed ({failed}); trying again" if failed else _why_new(root, prefix, name, inputs)
         if note:
             why += f"; {note}"
+        from torch.utils import cpp_extension
+
         _check_tools(cpp_extension)  # a build already made needs neither
         desc = (f"{what} for torch {inputs['torch'].split()[0]} at {os.path.dirname(inputs['torch_include'])}, "
                 f"Python {sys.version.split()[0]}")
