@@ -61,21 +61,41 @@ def pytest_sessionstart(session) -> None:
 
 
 # The suite's longest files, longest first (seconds of setup and calls with `--durations=0`,
-# 2026-11-28, this 2-core machine: 52 … 8): collected first, so that `-n 2 --dist loadfile
+# 2026-11-28, this 2-core machine: 42 … 6): collected first, so that `-n 2 --dist loadfile
 # --no-loadscope-reorder` (pyproject.toml) hands them out first and the short files fill in at
 # the end, rather than a long file starting last on one worker while the other idles. Only the
 # order changes; a file missing here runs after these, in its own order.
-LONGEST_FIRST = ["test_collector.py", "test_cost_guard.py", "test_record.py", "test_tui_screen.py",
-                 "test_compiled_shares.py", "test_cli.py", "test_durability.py", "test_native_build.py",
-                 "test_html.py", "test_tui.py", "test_tui_nav.py", "test_compiled.py", "test_recording.py",
-                 "test_torchrun.py", "test_fork.py", "test_export.py", "test_bench.py", "test_host_time.py",
-                 "test_phases.py", "test_commwait.py", "test_usage.py",
-                 "test_fx_lines_per_op.py", "test_bad_input.py", "test_buildlock.py", "test_engine.py"]
+LONGEST_FIRST = ["test_record.py", "test_collector.py", "test_cost_guard.py", "test_compiled_shares.py",
+                 "test_durability.py", "test_cli.py", "test_tui_screen.py", "test_native_build.py", "test_html.py",
+                 "test_compiled.py", "test_torchrun.py", "test_recording.py", "test_export.py", "test_fork.py",
+                 "test_host_time.py", "test_tui.py", "test_bench.py", "test_tui_nav.py", "test_commwait.py",
+                 "test_phases.py", "test_bad_input.py", "test_kineto_scan.py", "test_buildlock.py", "test_usage.py",
+                 "test_engine.py", "test_fx_lines_per_op.py", "test_wait_views.py", "test_notebook.py"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "machine_alone: run with no other test running beside it (conftest.pytest_runtest_protocol)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Every test, with the fixtures its setup makes (a module's recording), holds the run's
+    machine lock shared; a test marked `machine_alone` holds it alone, so that the other
+    worker's tests wait for it, and it for theirs: for a test whose truth is timing that another
+    recording beside it on two cores disturbs (the host sampler's ticks come late)."""
+    import fcntl
+
+    path = shared_tmp(item.config._tmp_path_factory) / "machine.lock"  # the tmp_path_factory fixture's object
+    alone = item.get_closest_marker("machine_alone") is not None
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        yield
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -233,6 +233,7 @@ json.dump(t, open(sys.argv[1], "w"))
 """
 
 
+@pytest.mark.machine_alone  # ticks come late with another recording beside it (it skipped in 4 of 6 runs)
 def test_short_stretches_get_their_own_time(tmp_path: Path) -> None:
     prof, truth, text = _record(tmp_path, SHORT_STRETCHES)
     # Ticks more than half a period late: this machine's cores were busy (another recording beside

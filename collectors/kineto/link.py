@@ -206,22 +206,15 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     """Backward node op → the forward op that created its autograd node: through `fwdbwd` flows
     first (each end is the first op at the flow's (thread, time)), then, for backward ops no flow
     links, through the sequence number, which the forward op on a Python thread carries too."""
-    kind, thread, start, seq, order, ops, name = (spans.kind, spans.thread, spans.start, spans.seq,
-                                                  spans.order, spans.ops, spans.name)
+    kind, thread, start, seq, order, ops = spans.kind, spans.thread, spans.start, spans.seq, spans.order, spans.ops
     n = len(kind)
     op_at = _first_ops_at(order[kind[order] == OP], thread, start,
                           list({*flow_s.values(), *flow_f.values()}))
-    # Which spans are `evaluate_function` ops, looked at only where asked (a name test per span).
-    memo = np.full(n, -1, dtype=np.int8)
+    # Which spans are `evaluate_function` ops: a name test per distinct name.
+    evals = (kind == OP) & spans.names_where(lambda s: s.startswith(BACKWARD_PREFIX))
 
     def is_eval(idx: np.ndarray) -> np.ndarray:
-        todo = idx[memo[idx] < 0]
-        if len(todo):
-            todo = np.sort(todo)
-            todo = todo[np.r_[True, todo[1:] != todo[:-1]]]
-            memo[todo] = [k == OP and name[i].startswith(BACKWARD_PREFIX)
-                          for i, k in zip(todo.tolist(), kind[todo].tolist())]
-        return memo[idx] == 1
+        return evals[idx]
 
     pairs = []
     for fid, (tf, sf) in flow_f.items():
@@ -245,27 +238,29 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     py_threads = spans.py_threads
     if py_threads:
         py_thread = np.isin(thread, np.fromiter(py_threads, dtype=np.int64, count=len(py_threads)))
-    todo = [i for i in numbered[is_bwd[numbered]].tolist() if i not in fwd_of]
-    if not todo:
+    todo = numbered[is_bwd[numbered]]
+    if fwd_of:
+        todo = todo[~np.isin(todo, np.fromiter(fwd_of, dtype=np.int64, count=len(fwd_of)))]
+    if not len(todo):
         return fwd_of
-    fwd_cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]
+    cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]
+    if not len(cand):
+        return fwd_of
     # The op that created the node is the last to carry its number that started before the
     # backward op: not merely the last in the trace, since on a CPU run backward runs on the
     # Python thread too, and the node's own op inside `evaluate_function` carries the number.
-    by_seq: dict[int, list[tuple[int, int]]] = {}
-    for f, sq, st in zip(fwd_cand.tolist(), seq[fwd_cand].tolist(), start[fwd_cand].tolist()):
-        by_seq.setdefault(sq, []).append((st, f))
-    for group in by_seq.values():
-        # By start (several threads' ops interleave); a stable sort, so among equal starts span
-        # order stays, and linear on a thread's own ops, which span order has sorted already.
-        group.sort(key=lambda c: c[0])
-    for i in todo:
-        cands = by_seq.get(int(seq[i]))
-        if cands is None:
-            continue
-        k = bisect.bisect_left(cands, (int(start[i]), -1)) - 1
-        if k >= 0:
-            fwd_of[i] = cands[k][1]
+    # Candidates by (number, start), stably (span order among equal starts: several threads' ops
+    # interleave); each backward op finds the last one below (its number, its start) in one
+    # search, over a key of both ranks (numbers and times as ranks fit 32 bits each).
+    cand = cand[np.lexsort((start[cand], seq[cand]))]
+    m = len(cand)
+    _, seq_rank = np.unique(np.r_[seq[cand], seq[todo]], return_inverse=True)
+    _, t_rank = np.unique(np.r_[start[cand], start[todo]], return_inverse=True)
+    key = (seq_rank.astype(np.int64) << 32) | t_rank.astype(np.int64)
+    k = np.searchsorted(key[:m], key[m:], side="left") - 1
+    hit = k >= 0
+    hit[hit] = seq[cand[k[hit]]] == seq[todo[hit]]
+    fwd_of.update(zip(todo[hit].tolist(), cand[k[hit]].tolist()))
     return fwd_of
 
 
