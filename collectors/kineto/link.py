@@ -234,13 +234,18 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     numbered = ops[seq[ops] >= 0]
     is_bwd = np.zeros(n, dtype=bool)
     is_bwd[numbered] = is_eval(numbered)
+    # Masks through lookup arrays, not np.isin: its plain np.unique imports numpy.ma (9 ms).
     py_thread = np.zeros(n, dtype=bool)
     py_threads = spans.py_threads
-    if py_threads:
-        py_thread = np.isin(thread, np.fromiter(py_threads, dtype=np.int64, count=len(py_threads)))
+    if py_threads and n:
+        is_py = np.zeros(max(int(thread.max()), *py_threads) + 1, dtype=bool)
+        is_py[list(py_threads)] = True
+        py_thread = is_py[thread]
     todo = numbered[is_bwd[numbered]]
     if fwd_of:
-        todo = todo[~np.isin(todo, np.fromiter(fwd_of, dtype=np.int64, count=len(fwd_of)))]
+        linked = np.zeros(n, dtype=bool)
+        linked[list(fwd_of)] = True
+        todo = todo[~linked[todo]]
     if not len(todo):
         return fwd_of
     cand = order[(kind[order] == OP) & (seq[order] >= 0) & ~is_bwd[order] & py_thread[order]]

@@ -87,6 +87,8 @@ const OpEntry& op_entry(ThreadState& ts, const at::RecordFunction& fn, int64_t p
 // An op entered with no quiet op open on this thread (on_enter's rarer path, kept out of line so
 // that the common one, beneath a quiet op, saves and restores no registers).
 __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
+  const bool timed = g_collector.diag.op_time;
+  int64_t c0 = timed ? ticks() : 0;
   ThreadState& ts = tstate();
   ++ts.n_ops;
   uint64_t epoch = ts.epoch;
@@ -105,8 +107,10 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
     parent = current_node(ts, frame, py);
     if (ts.stack.empty()) host_op_entered(ts);  // the sampler reads other threads less often (host.h)
   }
+  int64_t c2 = timed ? ticks() : 0;
   OpEntry scratch;
   const OpEntry& op = op_entry(ts, fn, parent, backward, scratch);
+  int64_t c3 = timed ? ticks() : 0;
   // The ops an op calls inside the dispatcher are its own business: their kernels, copies and
   // host time count on it, and the callback returns at once for them (`ts.quiet`) until it
   // returns. The one exceptions: autograd's evaluate_function wrapper, whose child is the
@@ -123,6 +127,14 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
   }
   ts.stack.push_back(OpenOp{op.node, t0, 0, epoch, frame, backward, op.quiet, int64_t(at::sequence_number::peek()),
                             op.coll});
+  if (timed) {
+    int64_t c4 = ticks();
+    g_optime.enters.fetch_add(1, std::memory_order_relaxed);
+    g_optime.state.fetch_add(t0 - c0, std::memory_order_relaxed);
+    g_optime.place.fetch_add(c2 - t0, std::memory_order_relaxed);
+    g_optime.entry.fetch_add(c3 - c2, std::memory_order_relaxed);
+    g_optime.rest.fetch_add(c4 - c3, std::memory_order_relaxed);
+  }
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
@@ -172,6 +184,13 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
   if (s == nullptr) return;
   if (s->skipped > 0) {
     --s->skipped;
+    return;
+  }
+  if (g_collector.diag.op_time) {
+    int64_t c0 = ticks();
+    exit_op(s);
+    g_optime.exit.fetch_add(ticks() - c0, std::memory_order_relaxed);
+    g_optime.exits.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   exit_op(s);
@@ -228,6 +247,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   g_collector.diag.graph_only = diag.find("graphonly") != std::string::npos;
   // Names are found as substrings: no name may hold another's ("cbnoop" held "noop").
   g_collector.diag.cb_return = diag.find("cbreturn") != std::string::npos;
+  g_collector.diag.op_time = diag.find("optime") != std::string::npos;
   if (g_trie.nodes == nullptr) {
     g_trie.nodes = new Chunked<Node>();
     g_trie.cpu = new Chunked<std::atomic<int64_t>>();
@@ -361,6 +381,17 @@ void forget_callback() {
 // recording was never on (after_fork_in_child).
 void stop() {
   if (g_collector.forked.load()) return;
+  if (g_collector.diag.op_time) {  // ns per recorded op, by part (a diagnostic: docs/BENCHMARKS.md)
+    double n = double(std::max<int64_t>(1, g_optime.enters.load())), r = ns_per_tick();
+    std::fprintf(stderr, "dlpt optime: %lld ops entered, %lld exited; ns per op: state %.1f, place %.1f, entry %.1f, "
+                 "rest %.1f, exit %.1f\n", (long long)g_optime.enters.load(), (long long)g_optime.exits.load(),
+                 g_optime.state.load() * r / n, g_optime.place.load() * r / n, g_optime.entry.load() * r / n,
+                 g_optime.rest.load() * r / n,
+                 g_optime.exit.load() * r / double(std::max<int64_t>(1, g_optime.exits.load())));
+    for (auto* a : {&g_optime.enters, &g_optime.exits, &g_optime.state, &g_optime.place, &g_optime.entry,
+                    &g_optime.rest, &g_optime.exit})
+      a->store(0);
+  }
   host_stop();
 #if defined(DLPT_CUPTI)
   memory_stop();

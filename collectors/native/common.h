@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -71,7 +72,15 @@ struct Diagnostics {
   // no activity kind; graphonly, graph-level records and no other kind.
   bool no_graph_cb = false, no_cbids = false, no_kinds = false, graph_only = false;
   bool cb_return = false;  // cbreturn: CUPTI's callbacks enabled as always, dlpt's CUPTI callback returning at once
+  bool op_time = false;    // optime: TSC ticks spent in the op callback's recorded path, by part, said at stop()
 };
+
+// DLPT_DIAG=optime's sums (collector.cpp enter_op/exit_op): ticks in the parts of a recorded op's
+// enter (the thread's state and frame, the op's place, its table entry, the rest) and exit.
+struct OpTime {
+  std::atomic<int64_t> enters{0}, exits{0}, state{0}, place{0}, entry{0}, rest{0}, exit{0};
+};
+OpTime g_optime;
 
 // The collector as a whole: whether it records, what start() was asked for, the clocks' origin,
 // and the `backward()` calls running (autograd.h).
