@@ -90,9 +90,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     recording beside it on two cores disturbs (the host sampler's ticks come late)."""
     import fcntl
 
-    path = shared_tmp(item.config._tmp_path_factory) / "machine.lock"  # the tmp_path_factory fixture's object
+    factory = getattr(item.config, "_tmp_path_factory", None)  # the tmp_path_factory fixture's object
+    if factory is None:  # pytest's tmpdir plugin switched off: no run-wide folder, no lock
+        yield
+        return
     alone = item.get_closest_marker("machine_alone") is not None
-    with open(path, "a") as lock:
+    with open(shared_tmp(factory) / "machine.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         yield
         fcntl.flock(lock, fcntl.LOCK_UN)

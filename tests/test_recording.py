@@ -4,6 +4,7 @@ file unless told otherwise (the CPU build of torch, real programs)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def test_start_line_on_stderr_and_quiet_silences_it(tmp_path: Path) -> None:
 def test_python_flags_before_the_script_apply_to_the_program(tmp_path: Path) -> None:
     # -B, not -O: under -O every module of torch is compiled from source again (its optimized
     # bytecode is not installed), 8-10 s of the suite for a flag that travels the same way.
-    r = run(tmp_path, "-o", "run.dlpt", "--", "python", "-X", "dev", "-u", "-B", "prog.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # -B alone sets it
+    r = run(tmp_path, "-o", "run.dlpt", "--", "python", "-X", "dev", "-u", "-B", "prog.py", env=env)
     assert r.returncode == 0, r.stderr
     assert "dev_mode True dont_write_bytecode 1" in r.stdout
     prof = dlpt.load(str(tmp_path / "run.dlpt"))
@@ -61,7 +63,7 @@ def test_python_flags_before_the_script_apply_to_the_program(tmp_path: Path) -> 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "train.py").write_text(PROG)
-    m = run(tmp_path, "-o", "mod.dlpt", "python", "-Xdev", "-m", "pkg.train")
+    m = run(tmp_path, "-o", "mod.dlpt", "python", "-Xdev", "-m", "pkg.train", env=env)
     assert m.returncode == 0, m.stderr
     assert "dev_mode True dont_write_bytecode 0" in m.stdout
     assert (tmp_path / "mod.dlpt").exists()
@@ -73,6 +75,7 @@ def test_unknown_python_flag_is_one_line(tmp_path: Path) -> None:
 
 
 INTERRUPTED = """\
+import os
 import os
 import signal
 import time

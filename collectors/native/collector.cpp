@@ -186,7 +186,7 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
     --s->skipped;
     return;
   }
-  if (g_collector.diag.op_time) {
+  if (g_collector.diag.op_time && !s->stack.empty() && s->stack.back().node >= 0) {  // a recorded op's exit
     int64_t c0 = ticks();
     exit_op(s);
     g_optime.exit.fetch_add(ticks() - c0, std::memory_order_relaxed);
@@ -248,6 +248,9 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   // Names are found as substrings: no name may hold another's ("cbnoop" held "noop").
   g_collector.diag.cb_return = diag.find("cbreturn") != std::string::npos;
   g_collector.diag.op_time = diag.find("optime") != std::string::npos;
+  for (auto* a : {&g_optime.enters, &g_optime.exits, &g_optime.state, &g_optime.place, &g_optime.entry,
+                  &g_optime.rest, &g_optime.exit})
+    a->store(0);  // this recording's alone
   if (g_trie.nodes == nullptr) {
     g_trie.nodes = new Chunked<Node>();
     g_trie.cpu = new Chunked<std::atomic<int64_t>>();
@@ -388,9 +391,6 @@ void stop() {
                  g_optime.state.load() * r / n, g_optime.place.load() * r / n, g_optime.entry.load() * r / n,
                  g_optime.rest.load() * r / n,
                  g_optime.exit.load() * r / double(std::max<int64_t>(1, g_optime.exits.load())));
-    for (auto* a : {&g_optime.enters, &g_optime.exits, &g_optime.state, &g_optime.place, &g_optime.entry,
-                    &g_optime.rest, &g_optime.exit})
-      a->store(0);
   }
   host_stop();
 #if defined(DLPT_CUPTI)
