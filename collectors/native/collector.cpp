@@ -104,7 +104,7 @@ __attribute__((noinline)) void enter_op(const at::RecordFunction& fn) {
   if (backward) {
     parent = backward_parent(ts, fn.forwardThreadId(), fn.seqNr());
   } else {
-    parent = current_node(ts, frame, py);
+    parent = g_collector.diag.no_walk ? thread_base(ts, py) : current_node(ts, frame, py);
     if (ts.stack.empty()) host_op_entered(ts);  // the sampler reads other threads less often (host.h)
   }
   int64_t c2 = timed ? ticks() : 0;
@@ -248,6 +248,7 @@ std::string start(bool device, bool gil_frames, bool host, const std::string& di
   // Names are found as substrings: no name may hold another's ("cbnoop" held "noop").
   g_collector.diag.cb_return = diag.find("cbreturn") != std::string::npos;
   g_collector.diag.op_time = diag.find("optime") != std::string::npos;
+  g_collector.diag.no_walk = diag.find("nowalk") != std::string::npos;
   for (auto* a : {&g_optime.enters, &g_optime.exits, &g_optime.state, &g_optime.place, &g_optime.entry,
                   &g_optime.rest, &g_optime.exit})
     a->store(0);  // this recording's alone

@@ -73,6 +73,7 @@ struct Diagnostics {
   bool no_graph_cb = false, no_cbids = false, no_kinds = false, graph_only = false;
   bool cb_return = false;  // cbreturn: CUPTI's callbacks enabled as always, dlpt's CUPTI callback returning at once
   bool op_time = false;    // optime: TSC ticks spent in the op callback's recorded path, by part, said at stop()
+  bool no_walk = false;    // nowalk: every op placed at its thread's root, no frame walk (what the walk costs)
 };
 
 // DLPT_DIAG=optime's sums (collector.cpp enter_op/exit_op): ticks in the parts of a recorded op's

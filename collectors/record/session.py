@@ -202,7 +202,7 @@ class Recorder:
         host = os.environ.get("DLPT_HOST", "1") != "0"
         # DLPT_DIAG: noop (the op callback returns at once), nocallbacks, noactivities (CUPTI's halves);
         # the parts a CUDA-graph launch pays for (nocbids, nokinds, graphonly, nographcb), cbreturn, optime
-        # (the op callback timed by part, said at stop): common.h.
+        # (the op callback timed by part, said at stop), nowalk (no frame walk: every op at its thread's root): common.h.
         # DLPT_SAMPLE_US: the host sampler's period (host_time, GPU idle blame); 0 switches it off.
         try:
             sample_ns = int(float(os.environ.get("DLPT_SAMPLE_US", "1000")) * 1000)
