@@ -76,7 +76,6 @@ def test_unknown_python_flag_is_one_line(tmp_path: Path) -> None:
 
 INTERRUPTED = """\
 import os
-import os
 import signal
 import time
 import torch

@@ -211,10 +211,7 @@ def _backward_links(spans: _Spans, flow_s: dict[object, tuple[int, int]],
     op_at = _first_ops_at(order[kind[order] == OP], thread, start,
                           list({*flow_s.values(), *flow_f.values()}))
     # Which spans are `evaluate_function` ops: a name test per distinct name.
-    evals = (kind == OP) & spans.names_where(lambda s: s.startswith(BACKWARD_PREFIX))
-
-    def is_eval(idx: np.ndarray) -> np.ndarray:
-        return evals[idx]
+    is_eval = ((kind == OP) & spans.names_where(lambda s: s.startswith(BACKWARD_PREFIX))).__getitem__
 
     pairs = []
     for fid, (tf, sf) in flow_f.items():
