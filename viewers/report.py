@@ -202,8 +202,9 @@ def graph_lines(profile: Profile) -> list[str]:
     if not isinstance(c, dict) or c.get("graph_trace") != "graph":
         return []
     spans, traced = int(c.get("graph_replays_per_graph") or 0), int(c.get("graph_replays_per_kernel") or 0)
-    return [f"CUDA graphs: {spans:,} replays traced as one span each, split over their kernels as each graph's "
-            f"first replay ran them ({traced:,} replays traced per kernel; --cuda-graph-trace node traces all)"]
+    return [f"CUDA graphs: {spans:,} {'replay' if spans == 1 else 'replays'} traced as one span each, split over "
+            f"their kernels as each graph's first replay ran them ({traced:,} {'replay' if traced == 1 else 'replays'} "
+            "traced per kernel; --cuda-graph-trace node traces all)"]
 
 
 def rank_lines(profile: Profile, metric: str) -> list[str]:
