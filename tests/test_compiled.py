@@ -352,6 +352,33 @@ def test_cuda_graph_replays_by_module_and_direction():
     assert sum(int(placed.cct.inclusive[i, COL["kernel_time"]]) for i in gemms) == 14
 
 
+def test_the_cudagraph_runtimes_own_ops_are_not_replays():
+    """The runtime launches eager work of its own beside each replay: cudagraph trees copy a call's
+    inputs into the graph's buffers, and `CUDAGraph.replay()` fills the RNG's seed and offset
+    before the launch (paths as gpt-fast `--compile` recorded them on an H100). An aten op
+    launched those kernels: they stay where they ran, never an unattributed 'replay'."""
+    trees = "/x/site-packages/torch/_inductor/cudagraph_trees.py"
+    run = CALL + [py(trees, 2258, "_run"), py(trees, 1150, "run")]
+    copy = run + [py(trees, 1111, "_copy_inputs_and_remove_from_src"), Frame("op", "aten::_foreach_copy_"),
+                  kernel("multi_tensor_apply_kernel")]
+    graphs = py("/x/site-packages/torch/cuda/graphs.py", 139, "replay")
+    fill = run + [py(trees, 1261, "run_graph"), graphs, Frame("op", "aten::fill_"), kernel("FillFunctor")]
+    replayed = run + [py(trees, 1261, "run_graph"), graphs, kernel("triton_solo_9")]
+    prov = provenance()
+    prov.modules[GEN].kernels["triton_solo_9:4"] = KernelProvenance("triton_solo_9:4", "triton_solo_9", tr(13))
+    before = build([(copy, 6), (fill, 4), (replayed, 40)])
+    after = attribute_compiled(before, prov)
+    check_conserved(before, after)
+    assert not nodes_named(after, NOT_LEARNED.name)
+    for path, ns in ((copy, 6), (fill, 4)):
+        (i,) = [i for i in nodes_named(after, path[-1].name) if after.call_path(i) == path]
+        assert int(after.cct.inclusive[i, COL["kernel_time"]]) == ns
+    # the replay beside them still goes to its model line
+    (solo,) = nodes_named(after, f"{FUSED_PREFIX}triton_solo_9]")
+    assert lines_above(after, solo)[-1] == (MODEL, 13)
+    assert after.meta["compiled_provenance"]["units_without_provenance"] == 0
+
+
 def test_region_without_generated_frames():
     """A recording reads no Python frames while an op is open, so inside `Torch-Compiled Region`
     kernels and ops have no generated-code frame: the region's compile id names the module, the
