@@ -137,6 +137,19 @@ def test_compile_time_apart_in_headline_flat_and_hotspots(recorded):
     assert json.dumps(plain["summary"]) != json.dumps(full["summary"])
 
 
+def test_a_cpu_program_starts_up_compiles_then_runs_steady(recorded):
+    """No GPU work to end start-up: the first compile's end does, as it ends a GPU program's warm-up.
+    Before, the imports and set-up were named the steady state, and the first compile then read
+    as a compile "after the steady state began"."""
+    from dlpt.findings import findings
+    from dlpt.phases import COMPILE, STARTUP, STEADY
+
+    prof = recorded["prof"]
+    assert [s[2] for s in prof.meta.phase_spans] == [STARTUP, COMPILE, STEADY]
+    (compiling,) = [f for f in findings(prof) if f.rule == "compile"]
+    assert "more time" not in compiling.figure, compiling.figure
+
+
 def test_importing_dynamo_is_not_compiling() -> None:
     """torch imports Dynamo lazily (AdamW's __init__ does): convert_frame.py's module body then
     runs under the program's line, and compiles nothing. Its frames in a function do."""

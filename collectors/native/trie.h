@@ -192,8 +192,13 @@ void compile_phase(int64_t delta) {
   std::lock_guard<std::mutex> lk(g_trie.phase_mu);
   g_trie.compile_depth = std::max<int64_t>(0, g_trie.compile_depth + delta);
   // The first compile's end ends the warm-up too: a program compiles on its first calls, and
-  // what runs after is its loop (a decode loop has no optimizer step to say so).
-  if (delta < 0 && g_trie.compile_depth == 0 && g_trie.phase_base == P_WARMUP) g_trie.phase_base = P_STEADY;
+  // what runs after is its loop (a decode loop has no optimizer step to say so). So it ends
+  // start-up where no GPU work began a warm-up (a CPU program): that start-up had been named the
+  // steady state (phases.py), imports included, and the first compile read as a recompile.
+  if (delta < 0 && g_trie.compile_depth == 0 && (g_trie.phase_base == P_WARMUP || g_trie.phase_base == P_STARTUP)) {
+    g_trie.phase_base = P_STEADY;
+    g_trie.phase_auto.store(false);  // a later first launch starts no warm-up
+  }
   phase_apply_locked();
 }
 
