@@ -419,6 +419,10 @@ def test_cuda_graph_trace_reaches_the_collector_and_the_header(tmp_path: Path) -
     line = [ln for ln in header(graphed, "cpu_time") if ln.startswith("CUDA graphs:")]
     assert line == ["CUDA graphs: 1,234 replays traced as one span each, split over their kernels as each "
                     "graph's first replay ran them (2 replays traced per kernel; --cuda-graph-trace node traces all)"]
+    # A program that replayed no CUDA graph (eager nanoGPT's recording) has no such line.
+    none = replace(graphed, meta={**graphed.meta, "collector": {**graphed.meta["collector"], "graph_replays_per_graph": 0,
+                                                                "graph_replays_per_kernel": 0}})
+    assert not any(ln.startswith("CUDA graphs:") for ln in header(none, "cpu_time"))
     # One of each reads in the singular, as gpt-fast's recordings have it (one graph, one traced replay).
     one = replace(graphed, meta={**graphed.meta, "collector": {**graphed.meta["collector"], "graph_replays_per_graph": 1,
                                                                "graph_replays_per_kernel": 1}})
