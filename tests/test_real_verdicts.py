@@ -140,3 +140,19 @@ def test_nanogpt_at_batch_64_is_told_both_halves_of_its_idle() -> None:
     idle_share = 1.0 - s.busy / 1e9 / loop_s
     assert 0.5 < idle_share < 0.8, idle_share
     assert 0.85 * idle_share <= launch.share + host.share <= idle_share + 0.02, (launch.share, host.share, idle_share)
+
+
+def test_an_eager_program_that_captures_a_graph_by_hand_is_not_called_compiled() -> None:
+    """bench/workloads/truth.py (recorded on an H100) runs eager cases and one CUDA graph it
+    captures itself: the capture is in the compile phase, yet nothing was compiled. Its gpu-bound
+    finding read "(the program is already compiled and CUDA-graphed)" and so left torch.compile out
+    of its remedy; gpt-fast, compiled, still reads compiled."""
+    from dlpt.evidence import traits
+
+    truth = dlpt.load(str(DATA / "gpu_truth.dlpt"))
+    assert (truth.meta.phases or {}).get(COMPILE, {}).get("wall")  # the capture's phase is there
+    t = traits(truth)
+    assert t.graphed and not t.compiled
+    (gpu,) = [f for f in fd.findings(truth) if f.rule == "gpu-bound"]
+    assert "compiled" not in gpu.figure and "torch.compile" in gpu.remedy, gpu
+    assert traits(dlpt.load(str(DATA / "gpu_gptfast_compile.dlpt"))).compiled
