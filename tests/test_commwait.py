@@ -124,12 +124,14 @@ def test_ddp_buckets_wait_once_under_the_backward_line(merged: tuple[dlpt.Profil
     waits = _per_rank_line(prof, "comm_wait_time", _line("# BACKWARD"))
     # The truth is how much later rank 1 reached backward() than rank 0, by the shared clock: the
     # sleep, less whatever delayed rank 0 itself (in CI once 38 ms of the 0.4 s slept, when the
-    # estimate read 0.362 s and a bound on the sleep failed). What is left between the two is the
-    # ranks' own time from backward() to the first bucket. Bounds: 10% each way; a wait counted
-    # once per bucket (DDP makes several) reads 2x and more.
+    # estimate read 0.362 s and a bound on the sleep failed). What is left between the two is each
+    # rank's time from backward() to its first bucket, where a descheduled rank moves the wait
+    # either way (+45 ms, 11%, once against the sleep with both cores busy). Within -1.8..+6.8 ms
+    # of the truth in 10 runs here, 6 of them with both cores busy (2026-11-28). Bounds: 20% each way;
+    # a wait counted once per bucket (DDP makes several) reads 2x and more.
     w = waits.get(0, 0) / 1e9
     assert slept["ddp_wait"] > 0.5 * slept["ddp"], slept  # the sleep made the wait
-    assert w == pytest.approx(slept["ddp_wait"], rel=0.10), (waits, slept)
+    assert w == pytest.approx(slept["ddp_wait"], rel=0.20), (waits, slept)
     assert waits.get(1, 0) < 0.1 * waits[0]
     # the rest is where ranks met in other collectives: the warm-up all_reduce, DDP's construction
     # (it broadcasts the weights) and its forward (buffers); nothing else holds comm wait.

@@ -306,8 +306,9 @@ def test_cuda_graph_replays_by_module_and_direction():
     """CUDA-graph replays (`mode="reduce-overhead"`): no op and no generated line launched them.
     Beneath a generated module's `call` (how Inductor runs its graphs), that module's kernels of
     the leaf's name are the candidates; with no generated frame above, the modules of the
-    replay's direction. A library kernel whose capture was not recorded keeps its place, with
-    that reason; one whose capture was recorded goes where its extern call went then."""
+    replay's direction. A library kernel that no recorded run before the capture launched (the
+    capture not recorded) keeps its place, with that reason; one whose capture was recorded goes
+    where its extern call went then."""
     runtime = [py("/x/site-packages/torch/_inductor/cudagraph_trees.py", 2000, "run_graph")]
     replay = CALL + runtime
     prov = provenance()

@@ -305,3 +305,20 @@ def test_the_straggler_is_judged_on_the_steady_state_whatever_phase_is_shown():
     for phase in ("all", STARTUP, STEADY):  # the header says the same whatever the view shows
         text = "\n".join(rank_lines(Scope(phase=phase).apply(two), "gpu_time"))
         assert "straggler: rank 1 computes 500.00 ms" in text and "in the steady state" in text, text
+
+
+def test_compile_hooks_before_the_first_recording_do_not_crash():
+    """`dlpt record --steps 4:6` installs the compile hooks at once and starts the collector at
+    step 4: a program that compiles before it called the collector's phase change with no trie yet
+    and died of SIGSEGV (a child process here, so that a crash fails this test alone)."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        from dlpt.collectors.record import native
+        mod = native.load(quiet=True)
+        mod.compile_phase(1)
+        mod.set_phase(native.P_STEADY)
+        mod.compile_phase(-1)
+        print("survived")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "survived", (r.returncode, r.stderr[-2000:])

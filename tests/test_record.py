@@ -427,5 +427,5 @@ def test_cuda_graph_trace_reaches_the_collector_and_the_header(tmp_path: Path) -
     one = replace(graphed, meta={**graphed.meta, "collector": {**graphed.meta["collector"], "graph_replays_per_graph": 1,
                                                                "graph_replays_per_kernel": 1}})
     line = [ln for ln in header(one, "cpu_time") if ln.startswith("CUDA graphs:")]
-    assert line == ["CUDA graphs: 1 replay traced as one span each, split over their kernels as each "
+    assert line == ["CUDA graphs: 1 replay traced as one span, split over their kernels as each "
                     "graph's first replay ran them (1 replay traced per kernel; --cuda-graph-trace node traces all)"]

@@ -204,9 +204,9 @@ def graph_lines(profile: Profile) -> list[str]:
     spans, traced = int(c.get("graph_replays_per_graph") or 0), int(c.get("graph_replays_per_kernel") or 0)
     if not spans and not traced:
         return []  # no CUDA graph was replayed: nothing to say of how replays were traced
-    return [f"CUDA graphs: {spans:,} {'replay' if spans == 1 else 'replays'} traced as one span each, split over "
-            f"their kernels as each graph's first replay ran them ({traced:,} {'replay' if traced == 1 else 'replays'} "
-            "traced per kernel; --cuda-graph-trace node traces all)"]
+    each = "replay traced as one span" if spans == 1 else "replays traced as one span each"
+    return [f"CUDA graphs: {spans:,} {each}, split over their kernels as each graph's first replay ran them "
+            f"({traced:,} {'replay' if traced == 1 else 'replays'} traced per kernel; --cuda-graph-trace node traces all)"]
 
 
 def rank_lines(profile: Profile, metric: str) -> list[str]:

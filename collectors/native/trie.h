@@ -170,6 +170,10 @@ int64_t base_in_phase(int64_t base) {
 
 // Under g_trie.phase_mu: the phase now in force; a change interns its node and is logged.
 void phase_apply_locked() {
+  // Before the first start() there is no trie to intern the phase's node in: `dlpt record --steps
+  // 4:6` on a program that compiles before step 4 called here from the compile hooks and died of
+  // SIGSEGV. The state above is kept; start() sets the phase it starts in.
+  if (g_trie.nodes == nullptr) return;
   int64_t p = g_trie.compile_depth > 0 ? P_COMPILE : g_trie.phase_base;
   if (!g_trie.phase_log.empty() && g_trie.phase_log.back().second == p) return;
   g_trie.phase_node.store(intern_node(0, N_PHASE, p, 0), std::memory_order_release);
@@ -192,21 +196,23 @@ void compile_phase(int64_t delta) {
   std::lock_guard<std::mutex> lk(g_trie.phase_mu);
   g_trie.compile_depth = std::max<int64_t>(0, g_trie.compile_depth + delta);
   // The first compile's end ends the warm-up too: a program compiles on its first calls, and
-  // what runs after is its loop (a decode loop has no optimizer step to say so). So it ends
-  // start-up where no GPU work began a warm-up (a CPU program): that start-up had been named the
-  // steady state (phases.py), imports included, and the first compile read as a recompile.
-  if (delta < 0 && g_trie.compile_depth == 0 && (g_trie.phase_base == P_WARMUP || g_trie.phase_base == P_STARTUP)) {
+  // what runs after is its loop (a decode loop has no optimizer step to say so). It ends start-up
+  // as well where no GPU work has begun a warm-up (a CPU program): that start-up had been named the
+  // steady state (phases.py), imports included, and the first compile read as a recompile. Should
+  // GPU work start later with no step yet (a CPU function compiled before training), that work
+  // begins the warm-up still (phase_first_launch), as it did before the compile's end was heeded.
+  if (delta < 0 && g_trie.compile_depth == 0 && (g_trie.phase_base == P_WARMUP || g_trie.phase_base == P_STARTUP))
     g_trie.phase_base = P_STEADY;
-    g_trie.phase_auto.store(false);  // a later first launch starts no warm-up
-  }
   phase_apply_locked();
 }
 
-// From the CUPTI launch callback (device.h): the program's first GPU work ends its start-up.
+// From the CUPTI launch callback (device.h): the program's first GPU work ends its start-up, or
+// the steady state a compile's end began before any GPU work and any step (set_phase clears
+// phase_auto at a step).
 void phase_first_launch() {
   if (!g_trie.phase_auto.exchange(false)) return;
   std::lock_guard<std::mutex> lk(g_trie.phase_mu);
-  if (g_trie.phase_base == P_STARTUP) g_trie.phase_base = P_WARMUP;
+  if (g_trie.phase_base == P_STARTUP || g_trie.phase_base == P_STEADY) g_trie.phase_base = P_WARMUP;
   phase_apply_locked();
 }
 

@@ -5,8 +5,9 @@ The collector interns every context under its current phase's node (collectors/n
 so the phase is known where work happens, at no cost per op. Its raw phases:
 
 * start-up — from the start of recording to the program's first GPU work (the first launch or
-  copy: CUPTI's callback switches it); without GPU work, to the end of the first step or of the
-  first compile, or for the whole run where there is neither;
+  copy: CUPTI's callback switches it); before any GPU work, to the end of the first step or of the
+  first compile (GPU work that starts after such a compile's end but before any step begins the
+  warm-up still), or for the whole run where there is none of these;
 * warm-up — from the first GPU work to the end of the first step (an optimizer's `step()` or
   `dlpt.step()`) or of the first compile, whichever comes first: the first step's one-off work
   (lazy initialisation, cuDNN's and cuBLAS's choices, the allocator's growth, the eager code
