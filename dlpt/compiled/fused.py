@@ -72,7 +72,7 @@ import numpy as np
 
 from dlpt.cct import CCT, renumber, sum_rows
 from dlpt.compile_time import AUTOTUNING
-from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_autotuning, is_transparent
+from dlpt.compiled.machinery import CUDAGRAPH_RUNTIME, REGION_PREFIX, is_aten_op, is_autotuning, is_transparent
 from dlpt.compiled.provenance import CompiledModule, KernelProvenance, Provenance, Trace, kernel_name
 from dlpt.compiled.sample_lines import SampleLines
 from dlpt.compiled.shares import keep_families, split_activities, split_int
@@ -274,7 +274,7 @@ class _Attributor:
                     pairs = [(mod, [kp])] if kp is not None else []
                 else:
                     op = frames[int(cct.frame[up])]
-                    reg = self.region_of(int(cct.parent[up])) if op.kind == "op" and op.name.startswith("aten::") else None
+                    reg = self.region_of(int(cct.parent[up])) if is_aten_op(op) else None
                     pairs = [(m, m.calling_op(op.name)) for m in self.modules_of(reg)] if reg is not None else []
                 name = frames[int(cct.frame[i])].name
                 for m, ks in pairs:
@@ -391,7 +391,7 @@ class _Attributor:
         near_graph = nearest_marked(cct, graph[cct.frame])
         g, r = self.near_gen[par], near_graph[par]
         depth = cct.depth
-        aten = np.fromiter((f.kind == "op" and f.name.startswith("aten::") for f in frames), bool, len(frames))
+        aten = np.fromiter(map(is_aten_op, frames), bool, len(frames))
         under_runtime = leaf[cct.frame] & (r >= 0) & ((g < 0) | (depth[np.maximum(r, 0)] > depth[np.maximum(g, 0)]))
         under_runtime[0] = False
         self.replayed = under_runtime & ~aten[cct.frame[par]]

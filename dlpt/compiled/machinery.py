@@ -10,13 +10,18 @@ from dlpt.compile_time import is_autotuning
 from dlpt.frames import Frame, is_library
 
 # The autotuning rule is the model's (compile time is told apart there): one rule for both.
-__all__ = ["is_autotuning", "is_transparent", "REGION_PREFIX", "CUDAGRAPH_RUNTIME"]
+__all__ = ["is_autotuning", "is_aten_op", "is_transparent", "REGION_PREFIX", "CUDAGRAPH_RUNTIME"]
 
 
 REGION_PREFIX = "Torch-Compiled Region: "
 # Inductor's CUDA-graph runtime: replays launch compiled kernels from here, with no generated frame.
 # (Not compile_fx.py: kernels benchmarked while compiling run under it, and are not the model's.)
 CUDAGRAPH_RUNTIME = re.compile(r"/_inductor/(?:cudagraph_trees|cudagraph_utils)\.py$")
+
+
+def is_aten_op(f: Frame) -> bool:
+    """An aten operator's frame: what launched the device work right beneath it (no replay did)."""
+    return f.kind == "op" and f.name.startswith("aten::")
 
 
 def is_transparent(f: Frame) -> bool:
